@@ -1,0 +1,13 @@
+// One register_<area>() per area of dldoctor_core.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace dldoctor::ext {
+void register_errors(nanobind::module_& m);
+void register_system(nanobind::module_& m);
+void register_sample(nanobind::module_& m);
+void register_trace(nanobind::module_& m);
+void register_analyze(nanobind::module_& m);
+void register_watchdog(nanobind::module_& m);
+}  // namespace dldoctor::ext

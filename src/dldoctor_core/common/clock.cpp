@@ -1,0 +1,2 @@
+// Anchors the core library; the clock is header-only.
+#include "dldoctor_core/common/clock.hpp"

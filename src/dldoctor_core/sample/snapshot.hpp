@@ -1,0 +1,67 @@
+// What one sampling pass of a process tree yields. Counters are turned into rates against
+// the previous pass of the same pid; a rate that cannot be computed yet (first pass, a
+// source that is missing) is empty, never 0.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dldoctor::sample {
+
+/// One thread's figures in one pass.
+struct ThreadSample {
+  int tid = 0;
+  char state = '?';
+  std::string comm;
+  std::optional<double> cpu_pct;        ///< of one core, over the last interval
+  std::optional<double> runq_delay_pct; ///< time runnable but waiting for a CPU, % of wall
+};
+
+/// One process's figures in one pass.
+struct ProcessSample {
+  int pid = 0;
+  int ppid = 0;
+  char state = '?';                      ///< R S D Z T ...
+  std::string comm;
+  int num_threads = 0;
+  std::optional<double> cpu_pct;          ///< user+sys, % of one core over the interval
+  std::optional<double> runq_delay_pct;   ///< schedstat wait time, % of wall (all threads)
+  std::optional<double> voluntary_cs_per_s;
+  std::optional<double> involuntary_cs_per_s;
+  std::optional<int64_t> rss_bytes;       ///< VmRSS
+  std::optional<int64_t> pss_bytes;       ///< smaps_rollup (sampled at a lower rate)
+  std::optional<int64_t> private_dirty_bytes;
+  std::optional<double> read_bytes_per_s;  ///< /proc/pid/io read_bytes: from storage
+  std::optional<double> rchar_per_s;       ///< /proc/pid/io rchar: all reads, cache included
+  std::optional<int64_t> read_bytes_total;
+  std::optional<int64_t> rchar_total;
+  std::optional<int64_t> cpu_ns_total;     ///< utime+stime so far
+  std::optional<int64_t> open_fds;         ///< entries in /proc/pid/fd
+  std::string wchan;                      ///< kernel function it sleeps in ("" running/unknown)
+  std::vector<ThreadSample> threads;      ///< filled when thread sampling is on
+};
+
+/// Machine-wide figures in one pass.
+struct MachineSample {
+  std::optional<double> cpu_busy_pct;         ///< all CPUs, from /proc/stat, % of total capacity
+  std::optional<int64_t> mem_available_bytes;
+  std::optional<double> swap_in_per_s;        ///< pages/s from /proc/vmstat pswpin
+  std::optional<double> swap_out_per_s;
+  std::optional<double> cpu_pressure_some;    ///< avg10 of /proc/pressure/cpu
+  std::optional<double> io_pressure_some;
+  std::optional<double> mem_pressure_some;
+  std::optional<int64_t> shm_used_bytes;      ///< statvfs(/dev/shm)
+  std::optional<int64_t> shm_total_bytes;
+};
+
+/// One pass over the tree.
+struct Snapshot {
+  int64_t t_ns = 0;            ///< CLOCK_MONOTONIC at the pass
+  int64_t cost_ns = 0;         ///< thread CPU time the pass itself took
+  std::vector<ProcessSample> processes;  ///< the root first, then descendants
+  MachineSample machine;
+};
+
+}  // namespace dldoctor::sample
