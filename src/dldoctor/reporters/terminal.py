@@ -1,0 +1,115 @@
+"""The terminal report (rich): the verdict, each finding as Diagnosis / Fix / Why with its
+numbers, and a per-loader table."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+# Per-loader table: (header, key in the loader summary, format)
+_LOADER_COLUMNS = [
+    ("loader", "id", "{}"),
+    ("workers", "num_workers", "{}"),
+    ("batch", "batch_size", "{}"),
+    ("batches", "batches", "{}"),
+    ("batches/s", "batches_per_s", "{:.1f}"),
+    ("data stall", "data_stall_pct", "{:.0f}%"),
+    ("getitem p50/p99 ms", ("getitem_p50_ms", "getitem_p99_ms"), "{:.2f}/{:.2f}"),
+    ("collate ms", "collate_p50_ms", "{:.2f}"),
+    ("worker CPU", "worker_cpu_pct", "{:.0f}%"),
+    ("run-queue", "runq_delay_pct", "{:.0f}%"),
+    ("read MB/s", "read_mb_s", "{:.1f}"),
+]
+
+
+def _fmt(value, spec: str) -> str:
+    if value is None:
+        return "-"
+    try:
+        if isinstance(value, tuple):
+            if any(v is None for v in value):
+                return "-"
+            return spec.format(*value)
+        return spec.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def format_evidence_value(value) -> str:
+    if isinstance(value, float):
+        if value == int(value) and abs(value) < 1e15:
+            return str(int(value))
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def _finding_panel(f: dict) -> Panel:
+    sev = f.get("severity", "info")
+    body = Text()
+    body.append("Diagnosis: ", style="bold")
+    body.append(f.get("title", "") + "\n")
+    evidence = f.get("evidence") or {}
+    if evidence:
+        body.append("Evidence:  ", style="bold")
+        body.append(
+            ", ".join(f"{k}={format_evidence_value(v)}" for k, v in evidence.items()) + "\n"
+        )
+    if f.get("fix"):
+        body.append("Fix:       ", style="bold green")
+        body.append(f["fix"] + "\n")
+    if f.get("why"):
+        body.append("Why:       ", style="bold")
+        body.append(f["why"])
+    title = f"[{STYLE.get(sev, '')}]{f['id']}[/] ({sev})"
+    return Panel(body, title=title, title_align="left", border_style=STYLE.get(sev, ""))
+
+
+def _loader_table(loaders: list[dict]) -> Table:
+    table = Table(title="DataLoaders", title_justify="left", show_edge=False)
+    for header, _, _ in _LOADER_COLUMNS:
+        table.add_column(header, justify="right")
+    for ld in loaders:
+        row = []
+        for _, key, spec in _LOADER_COLUMNS:
+            value = tuple(ld.get(k) for k in key) if isinstance(key, tuple) else ld.get(key)
+            row.append(_fmt(value, spec))
+        table.add_row(*row)
+    return table
+
+
+def renderable(report) -> Group:
+    parts = []
+    verdict = report.verdict
+    if verdict == "healthy":
+        head = Text("verdict: healthy", style="bold green")
+        head.append(" — the DataLoader keeps up with the consumer", style="green")
+    else:
+        head = Text(f"verdict: {verdict}", style="bold red" if verdict != "unknown" else "bold")
+    parts.append(Text("dldoctor ", style="bold") + head)
+    for note in report.notes:
+        parts.append(Text("note: " + note, style="dim"))
+    for f in report.findings:
+        parts.append(_finding_panel(f))
+    if report.loaders:
+        parts.append(_loader_table(report.loaders))
+    if report.hang and report.hang.get("summary"):
+        parts.append(Text("hang: " + report.hang["summary"], style="bold red"))
+    return Group(*parts)
+
+
+def print_report(report, file=None) -> None:
+    console = Console(file=file or sys.stderr, highlight=False)
+    console.print(renderable(report))
+
+
+def render_text(report, width: int = 110) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, highlight=False).print(renderable(report))
+    return buf.getvalue()

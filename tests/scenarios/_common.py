@@ -1,0 +1,41 @@
+"""Shared pieces of the scenario jobs: a training-like loop and CPU burners.
+
+Each scenario in this folder is a real job with a real bottleneck (or its healthy twin),
+runnable by hand (`python tests/scenarios/slow_getitem.py`) and under `dldoctor run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=8.0, help="how long the loop runs")
+    ap.add_argument("--healthy", action="store_true", help="run the healthy twin")
+    return ap
+
+
+def burn_cpu(seconds: float) -> int:
+    """Pure-Python work for about `seconds` of one core (no sleeping, no I/O)."""
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        for i in range(2000):
+            x = (x * 31 + i) % 1000003
+    return x
+
+
+def consume(loader, seconds: float, step=None, epochs: int = 1000) -> int:
+    """Iterate like a training loop for `seconds`; `step(batch)` is the model's work."""
+    start = time.monotonic()
+    n = 0
+    for _ in range(epochs):
+        for batch in loader:
+            if step is not None:
+                step(batch)
+            n += 1
+            if time.monotonic() - start > seconds:
+                return n
+    return n
