@@ -27,7 +27,8 @@ struct MemoryFacts {
   std::optional<int64_t> swap_free_bytes;
   std::optional<int64_t> cgroup_limit_bytes;  ///< empty when unlimited or unknown
   std::optional<int64_t> cgroup_usage_bytes;
-  std::string cgroup_source;
+  std::optional<int64_t> cgroup_working_set_bytes;  ///< usage less inactive page cache (reclaimable)
+  std::string cgroup_source;  ///< limit file of the cgroup level with the least headroom, "" unknown
 };
 
 /// /dev/shm, where DataLoader workers put batches for the main process.
@@ -36,7 +37,7 @@ struct ShmFacts {
   std::optional<int64_t> total_bytes;
   std::optional<int64_t> free_bytes;
   std::string fs_type;   ///< from mountinfo, e.g. tmpfs
-  std::string options;   ///< mount options
+  std::string options;   ///< superblock mount options (tmpfs keeps size= here)
 };
 
 /// Per-process resource limits.
@@ -60,6 +61,7 @@ struct StorageFacts {
   std::optional<int64_t> bytes;    ///< their bytes
   bool count_truncated = false;    ///< the walk hit its bound
   std::optional<double> read_mb_s; ///< sequential read probe
+  std::optional<int64_t> probe_bytes;  ///< bytes the probe read
   bool probe_cached = false;       ///< the probe could not bypass the page cache
 };
 
@@ -69,6 +71,7 @@ struct Facts {
   MemoryFacts memory;
   ShmFacts shm;
   LimitFacts limits;
+  std::string cgroup_version;  ///< "v1", "v2", "hybrid", "" when /proc/self/cgroup is unreadable
   std::optional<bool> in_container;
   std::string container_kind;  ///< docker, kubernetes, podman, lxc, "" unknown/none
   std::optional<double> cpu_pressure_some_avg10;  ///< /proc/pressure/cpu
