@@ -60,6 +60,7 @@ struct MachineSample {
 struct Snapshot {
   int64_t t_ns = 0;            ///< CLOCK_MONOTONIC at the pass
   int64_t cost_ns = 0;         ///< thread CPU time the pass itself took
+  uint64_t seq = 0;            ///< pass number of the sampler that took it, from 1
   std::vector<ProcessSample> processes;  ///< the root first, then descendants
   MachineSample machine;
 };

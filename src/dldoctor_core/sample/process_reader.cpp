@@ -1,0 +1,259 @@
+#include "dldoctor_core/sample/process_reader.hpp"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "dldoctor_core/common/clock.hpp"
+#include "dldoctor_core/sample/io.hpp"
+#include "dldoctor_core/sample/schedstat.hpp"
+#include "dldoctor_core/sample/smaps_rollup.hpp"
+#include "dldoctor_core/sample/stat.hpp"
+#include "dldoctor_core/sample/status.hpp"
+#include "dldoctor_core/sample/wchan.hpp"
+
+namespace dldoctor::sample {
+namespace {
+
+int64_t tick_ns() {
+  static const int64_t ns = [] {
+    long hz = sysconf(_SC_CLK_TCK);
+    return hz > 0 ? 1'000'000'000 / hz : 10'000'000;
+  }();
+  return ns;
+}
+
+int64_t page_bytes() {
+  static const int64_t bytes = [] {
+    long b = sysconf(_SC_PAGESIZE);
+    return b > 0 ? int64_t(b) : int64_t(4096);
+  }();
+  return bytes;
+}
+
+std::string proc_path(int pid, const char* file) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/%s", pid, file);
+  return path;
+}
+
+std::string task_path(int pid, int tid, const char* file) {
+  char path[80];
+  std::snprintf(path, sizeof path, "/proc/%d/task/%d/%s", pid, tid, file);
+  return path;
+}
+
+std::optional<int64_t> sum(std::optional<int64_t> a, std::optional<int64_t> b) {
+  if (!a || !b) return std::nullopt;
+  return *a + *b;
+}
+
+/// A counter's increase per second; empty when either end is unknown or it went backwards.
+std::optional<double> per_second(std::optional<int64_t> now, std::optional<int64_t> before,
+                                 int64_t dt_ns) {
+  if (!now || !before || dt_ns <= 0 || *now < *before) return std::nullopt;
+  return double(*now - *before) * 1e9 / double(dt_ns);
+}
+
+std::optional<int64_t> count_fds(int pid) {
+  char path[48];
+  std::snprintf(path, sizeof path, "/proc/%d/fd", pid);
+  DIR* dir = opendir(path);
+  if (dir == nullptr) return std::nullopt;
+  int64_t n = 0;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
+}  // namespace
+
+ProcessReader::ProcessReader(int pid, FdBudget& budget)
+    : pid_(pid), stat_(proc_path(pid, "stat"), &budget), io_(proc_path(pid, "io"), &budget) {}
+
+void ProcessReader::list_threads(PassContext& ctx, int64_t num_threads) const {
+  ctx.tids.clear();
+  if (!ctx.threads && num_threads <= 1) {
+    ctx.tids.push_back(pid_);  // one thread: the main thread's own file is the whole process
+    return;
+  }
+  char path[48];
+  std::snprintf(path, sizeof path, "/proc/%d/task", pid_);
+  DIR* dir = opendir(path);
+  if (dir == nullptr) return;
+  while (dirent* e = readdir(dir)) {
+    int tid = 0;
+    const char* c = e->d_name;
+    if (*c < '1' || *c > '9') continue;
+    for (; *c >= '0' && *c <= '9'; ++c) tid = tid * 10 + (*c - '0');
+    if (*c == '\0') ctx.tids.push_back(tid);
+  }
+  closedir(dir);
+}
+
+ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
+  const int64_t t_ns = now_ns();
+  auto stat_text = stat_.read(ctx.buf);
+  if (!stat_text) return ReadStatus::gone;
+  auto stat = parse_stat(*stat_text);
+  if (!stat) return ReadStatus::gone;
+  if (start_ticks_ && stat->start_ticks && *start_ticks_ != *stat->start_ticks) {
+    return ReadStatus::other_process;  // only possible when stat is not kept open
+  }
+  start_ticks_ = stat->start_ticks;
+  ++reads_;
+  const bool have_last = last_t_ns_ > 0;
+  const int64_t dt = t_ns - last_t_ns_;
+
+  out.pid = pid_;
+  out.ppid = stat->ppid;
+  out.state = stat->state;
+  out.comm = std::move(stat->comm);
+  out.num_threads = int(stat->num_threads.value_or(0));
+  const auto ticks = sum(stat->utime_ticks, stat->stime_ticks);
+  if (ticks) out.cpu_ns_total = *ticks * tick_ns();
+  if (stat->rss_pages) out.rss_bytes = *stat->rss_pages * page_bytes();
+
+  // Scheduler time, summed over threads: /proc/<pid>/schedstat is the main thread alone.
+  // A thread first seen in this pass was born since the last one, so all of its time counts.
+  list_threads(ctx, stat->num_threads.value_or(1));
+  const uint64_t stamp = reads_;
+  int64_t run_delta = 0, wait_delta = 0;
+  bool sched_known = false;
+  out.threads.clear();
+  for (int tid : ctx.tids) {
+    auto [it, fresh] = threads_.try_emplace(tid);
+    ThreadState& th = it->second;
+    if (fresh) th.schedstat = ProcFile(task_path(pid_, tid, "schedstat"), &ctx.budget);
+    th.seen = stamp;
+    std::optional<SchedStat> sched;
+    if (auto text = th.schedstat.read(ctx.buf)) sched = parse_schedstat(*text);
+    std::optional<int64_t> thread_run_delta, thread_wait_delta;
+    if (sched) {
+      sched_known = true;
+      if (th.run_ns && th.wait_ns) {
+        thread_run_delta = std::max<int64_t>(0, sched->run_ns - *th.run_ns);
+        thread_wait_delta = std::max<int64_t>(0, sched->wait_ns - *th.wait_ns);
+        run_delta += *thread_run_delta;
+        wait_delta += *thread_wait_delta;
+      } else if (have_last) {
+        run_delta += sched->run_ns;
+        wait_delta += sched->wait_ns;
+      }
+      th.run_ns = sched->run_ns;
+      th.wait_ns = sched->wait_ns;
+    }
+    if (!ctx.threads) continue;
+
+    if (fresh) th.stat = ProcFile(task_path(pid_, tid, "stat"), &ctx.budget);
+    auto tstat_text = th.stat.read(ctx.buf);
+    auto tstat = tstat_text ? parse_stat(*tstat_text) : std::nullopt;
+    if (!tstat) continue;  // the thread ended between the listing and the read
+    ThreadSample ts;
+    ts.tid = tid;
+    ts.state = tstat->state;
+    ts.comm = std::move(tstat->comm);
+    const auto tticks = sum(tstat->utime_ticks, tstat->stime_ticks);
+    const bool thread_has_last = !fresh && have_last;
+    if (thread_has_last && dt > 0) {
+      if (thread_run_delta) {
+        ts.cpu_pct = 100.0 * double(*thread_run_delta) / double(dt);
+      } else if (tticks && th.ticks) {
+        ts.cpu_pct = 100.0 * double((*tticks - *th.ticks) * tick_ns()) / double(dt);
+      }
+      if (thread_wait_delta) ts.runq_delay_pct = 100.0 * double(*thread_wait_delta) / double(dt);
+    }
+    th.ticks = tticks;
+    out.threads.push_back(std::move(ts));
+  }
+  for (auto it = threads_.begin(); it != threads_.end();) {
+    it = it->second.seen == stamp ? std::next(it) : threads_.erase(it);
+  }
+
+  if (have_last && dt > 0) {
+    // schedstat is exact to the nanosecond, ticks only to 10 ms; but a thread that ended
+    // during the interval takes its schedstat with it, while its ticks stay in the process's
+    // stat. So ticks win only when they exceed schedstat by more than their own rounding.
+    std::optional<int64_t> cpu_delta;
+    if (sched_known) cpu_delta = run_delta;
+    if (ticks && last_ticks_) {
+      const int64_t ticks_delta = (*ticks - *last_ticks_) * tick_ns();
+      if (!cpu_delta || ticks_delta > *cpu_delta + 2 * tick_ns()) cpu_delta = ticks_delta;
+    }
+    if (cpu_delta) out.cpu_pct = 100.0 * double(std::max<int64_t>(0, *cpu_delta)) / double(dt);
+    if (sched_known) out.runq_delay_pct = 100.0 * double(wait_delta) / double(dt);
+  }
+  last_ticks_ = ticks;
+
+  IoFields io;
+  if (auto text = io_.read(ctx.buf)) io = parse_io(*text);
+  out.rchar_total = io.rchar;
+  out.read_bytes_total = io.read_bytes;
+  if (have_last) {
+    out.rchar_per_s = per_second(io.rchar, last_rchar_, dt);
+    out.read_bytes_per_s = per_second(io.read_bytes, last_read_bytes_, dt);
+  }
+  last_rchar_ = io.rchar;
+  last_read_bytes_ = io.read_bytes;
+
+  // Slow sources: due on every slow_every-th pass, staggered by pid so that a large tree's
+  // cost spreads over the passes; always on a process's first read.
+  const int every = ctx.slow_every > 1 ? ctx.slow_every : 1;
+  const bool slow = reads_ == 1 || (ctx.pass + uint64_t(pid_)) % uint64_t(every) == 0;
+  if (slow) read_slow(ctx, t_ns, stat->state);
+  // The wait channel of a D-state process (storage, NFS) matters at every pass; that of a
+  // sleeper changes rarely and is refreshed with the slow sources; a runner has none.
+  if (stat->state == 'R') {
+    wchan_.clear();
+    wchan_fresh_ = false;
+  } else if (!slow && (stat->state == 'D' || !wchan_fresh_)) {
+    auto text = read_whole(proc_path(pid_, "wchan").c_str(), ctx.buf);
+    wchan_ = text ? parse_wchan(*text) : std::string();
+    wchan_fresh_ = true;
+  }
+  out.wchan = wchan_;
+  out.voluntary_cs_per_s = voluntary_per_s_;
+  out.involuntary_cs_per_s = involuntary_per_s_;
+  if (!out.rss_bytes) out.rss_bytes = status_rss_bytes_;
+  out.pss_bytes = pss_bytes_;
+  out.private_dirty_bytes = private_dirty_bytes_;
+  out.open_fds = open_fds_;
+
+  last_t_ns_ = t_ns;
+  return ReadStatus::ok;
+}
+
+void ProcessReader::read_slow(PassContext& ctx, int64_t t_ns, char state) {
+  StatusFields status;
+  if (auto text = read_whole(proc_path(pid_, "status").c_str(), ctx.buf)) {
+    status = parse_status(*text);
+  }
+  const int64_t dt = t_ns - last_slow_t_ns_;
+  if (last_slow_t_ns_ > 0) {
+    voluntary_per_s_ = per_second(status.voluntary_cs, last_voluntary_, dt);
+    involuntary_per_s_ = per_second(status.involuntary_cs, last_involuntary_, dt);
+  }
+  last_voluntary_ = status.voluntary_cs;
+  last_involuntary_ = status.involuntary_cs;
+  status_rss_bytes_ = status.rss_bytes;
+  last_slow_t_ns_ = t_ns;
+
+  SmapsRollup smaps;
+  if (auto text = read_whole(proc_path(pid_, "smaps_rollup").c_str(), ctx.buf)) {
+    smaps = parse_smaps_rollup(*text);
+  }
+  pss_bytes_ = smaps.pss_bytes;
+  private_dirty_bytes_ = smaps.private_dirty_bytes;
+  open_fds_ = count_fds(pid_);
+
+  if (state != 'R') {
+    auto text = read_whole(proc_path(pid_, "wchan").c_str(), ctx.buf);
+    wchan_ = text ? parse_wchan(*text) : std::string();
+    wchan_fresh_ = true;
+  }
+}
+
+}  // namespace dldoctor::sample

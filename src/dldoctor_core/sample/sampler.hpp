@@ -1,0 +1,76 @@
+// The /proc sampler of a process tree: one pass reads every process of the tree (root first,
+// then its descendants) and the machine, turns counters into rates against the previous pass,
+// and keeps a bounded history. It runs on its own thread, never touches Python, and reports
+// what each pass cost in thread CPU time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "dldoctor_core/sample/snapshot.hpp"
+
+namespace dldoctor::sample {
+
+/// How a Sampler samples.
+struct SamplerOptions {
+  int64_t interval_ns = 100'000'000;  ///< between the starts of two passes
+  int smaps_every = 10;   ///< smaps_rollup, status (context switches), fd count and the wait
+                          ///< channel of sleepers are read every Nth pass of a process; between,
+                          ///< the last values are repeated
+  bool threads = false;   ///< fill ProcessSample::threads
+  size_t capacity = 600;  ///< snapshots kept in the history ring (a minute at 10 Hz)
+  int max_kept_fds = -1;  ///< /proc descriptors kept open between passes; -1: a quarter of
+                          ///< the soft RLIMIT_NOFILE, at most 1024 (the rest are opened per read)
+};
+
+/// Samples a process tree (and extra roots) periodically or on demand. Thread-safe.
+class Sampler {
+ public:
+  /// A sampler of `root_pid` and its descendants; throws dldoctor::Error when the pid does not
+  /// exist or an option is out of range.
+  explicit Sampler(int root_pid, SamplerOptions options = {});
+  ~Sampler();
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+
+  /// Also samples `pid` and its descendants (after the first root's tree); throws
+  /// dldoctor::Error when the pid does not exist.
+  void add_root(int pid);
+
+  /// Starts the sampling thread; does nothing when it runs already.
+  void start();
+  /// Stops and joins the sampling thread; returns within about one pass.
+  void stop();
+  /// Whether the sampling thread runs.
+  bool running() const;
+
+  /// Takes one pass now, on the calling thread, and records it in the history (the callback is
+  /// not called for it).
+  Snapshot sample_once();
+
+  /// The newest snapshot, empty before the first pass.
+  std::optional<Snapshot> latest() const;
+  /// The newest `max` snapshots (all kept when 0), oldest first.
+  std::vector<Snapshot> history(size_t max = 0) const;
+
+  /// Called on the sampling thread after each of its passes, with no lock held; keep it cheap.
+  /// An exception it throws is swallowed (the sampler goes on). An empty function removes it.
+  void set_callback(std::function<void(const Snapshot&)> callback);
+
+  /// Passes taken so far (thread and sample_once).
+  uint64_t samples_taken() const;
+  /// Thread CPU time of all passes so far, in nanoseconds.
+  int64_t cost_ns_total() const;
+  /// The options in effect.
+  const SamplerOptions& options() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace dldoctor::sample

@@ -1,0 +1,290 @@
+// The /proc readers on recorded file contents (odd command names, missing fields, files cut
+// short), the tree order, and the sampler on this test process itself.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "dldoctor_core/common/error.hpp"
+#include "dldoctor_core/sample/cpu_times.hpp"
+#include "dldoctor_core/sample/field.hpp"
+#include "dldoctor_core/sample/io.hpp"
+#include "dldoctor_core/sample/meminfo.hpp"
+#include "dldoctor_core/sample/pressure.hpp"
+#include "dldoctor_core/sample/proc_file.hpp"
+#include "dldoctor_core/sample/process_tree.hpp"
+#include "dldoctor_core/sample/sampler.hpp"
+#include "dldoctor_core/sample/schedstat.hpp"
+#include "dldoctor_core/sample/smaps_rollup.hpp"
+#include "dldoctor_core/sample/stat.hpp"
+#include "dldoctor_core/sample/status.hpp"
+#include "dldoctor_core/sample/vmstat.hpp"
+#include "dldoctor_core/sample/wchan.hpp"
+
+using namespace dldoctor::sample;
+
+namespace {
+// A real line of a DataLoader worker (Linux 6.x), with its fields in their places.
+constexpr const char* kWorkerStat =
+    "4242 (pt_data_worker) S 4200 4200 3928 34816 4200 4194368 21034 0 3 0 1234 56 0 0 20 0 1 "
+    "0 26264 1289764864 53210 18446744073709551615 94064550309888 94064550329769 "
+    "140736295238032 0 0 0 0 16781312 134234626 1 0 0 17 1 0 0 0 0 0 94064550345776 "
+    "94064550347392 94064991178752 140736295246562 140736295246582 140736295246582 "
+    "140736295247851 0\n";
+}  // namespace
+
+TEST(SampleStat, ParsesAWorkerLine) {
+  auto f = parse_stat(kWorkerStat);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->comm, "pt_data_worker");
+  EXPECT_EQ(f->state, 'S');
+  EXPECT_EQ(f->ppid, 4200);
+  EXPECT_EQ(f->utime_ticks, 1234);
+  EXPECT_EQ(f->stime_ticks, 56);
+  EXPECT_EQ(f->num_threads, 1);
+  EXPECT_EQ(f->start_ticks, 26264);
+  EXPECT_EQ(f->rss_pages, 53210);
+}
+
+TEST(SampleStat, CommWithSpacesAndParens) {
+  auto f = parse_stat("77 (a) b (c)) d) R 1 77 77 0 -1 4194304 9 0 0 0 7 3 0 0 20 0 4 0 99 1 2\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->comm, "a) b (c)) d");
+  EXPECT_EQ(f->state, 'R');
+  EXPECT_EQ(f->ppid, 1);
+  EXPECT_EQ(f->utime_ticks, 7);
+  EXPECT_EQ(f->stime_ticks, 3);
+  EXPECT_EQ(f->num_threads, 4);
+  EXPECT_EQ(f->start_ticks, 99);
+  EXPECT_EQ(f->rss_pages, 2);
+}
+
+TEST(SampleStat, NegativeFieldsAreSkippedNotMisread) {
+  // tpgid -1 and a real-time priority of -51 sit before the fields we keep.
+  auto f = parse_stat("9 (rt) S 2 0 0 0 -1 0 0 0 0 0 5 6 0 0 -51 -20 3 0 11 0 12\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->utime_ticks, 5);
+  EXPECT_EQ(f->num_threads, 3);
+  EXPECT_EQ(f->rss_pages, 12);
+}
+
+TEST(SampleStat, CutShortLeavesLaterFieldsUnknown) {
+  auto f = parse_stat("4242 (w) Z 4200 4200 3928 0 -1 4194368 1 0 0 0 12");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->state, 'Z');
+  EXPECT_EQ(f->utime_ticks, 12);
+  EXPECT_FALSE(f->stime_ticks);
+  EXPECT_FALSE(f->num_threads);
+  EXPECT_FALSE(f->start_ticks);
+  EXPECT_FALSE(f->rss_pages);
+}
+
+TEST(SampleStat, UnusableLinesAreEmpty) {
+  EXPECT_FALSE(parse_stat(""));
+  EXPECT_FALSE(parse_stat("4242 (worker"));     // no closing paren
+  EXPECT_FALSE(parse_stat("4242 (worker) "));   // no state
+  EXPECT_FALSE(parse_stat("4242 (worker) S"));  // no parent
+  EXPECT_FALSE(parse_stat("4242 (worker) S x"));
+}
+
+TEST(SampleSchedstat, ParsesAndRejects) {
+  auto s = parse_schedstat("560662545 309900 22\n");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->run_ns, 560662545);
+  EXPECT_EQ(s->wait_ns, 309900);
+  EXPECT_EQ(s->timeslices, 22);
+  auto two = parse_schedstat("5 6");
+  ASSERT_TRUE(two);
+  EXPECT_FALSE(two->timeslices);
+  EXPECT_FALSE(parse_schedstat("560662545"));
+  EXPECT_FALSE(parse_schedstat(""));
+}
+
+TEST(SampleStatus, ParsesSwitchesAndRss) {
+  auto s = parse_status(
+      "Name:\tpython3\nState:\tS (sleeping)\nVmPeak:\t  30000 kB\nVmRSS:\t   17644 kB\n"
+      "Threads:\t1\nvoluntary_ctxt_switches:\t150\nnonvoluntary_ctxt_switches:\t7\n");
+  EXPECT_EQ(s.voluntary_cs, 150);
+  EXPECT_EQ(s.involuntary_cs, 7);
+  EXPECT_EQ(s.rss_bytes, 17644 * 1024);
+}
+
+TEST(SampleStatus, KernelThreadHasNoRss) {
+  auto s = parse_status("Name:\tkworker/0:1\nState:\tI (idle)\nvoluntary_ctxt_switches:\t9\n");
+  EXPECT_FALSE(s.rss_bytes);
+  EXPECT_EQ(s.voluntary_cs, 9);
+  EXPECT_FALSE(s.involuntary_cs);  // "nonvoluntary" is not matched by "voluntary"
+}
+
+TEST(SampleIo, ParsesAndCutShort) {
+  auto io = parse_io(
+      "rchar: 6976\nwchar: 0\nsyscr: 10\nsyscw: 0\nread_bytes: 4096\nwrite_bytes: 0\n");
+  EXPECT_EQ(io.rchar, 6976);
+  EXPECT_EQ(io.read_bytes, 4096);
+  auto cut = parse_io("rchar: 6976\nwchar: 0\nsys");
+  EXPECT_EQ(cut.rchar, 6976);
+  EXPECT_FALSE(cut.read_bytes);
+  auto none = parse_io("");
+  EXPECT_FALSE(none.rchar);
+}
+
+TEST(SampleSmapsRollup, PssIsNotPssAnon) {
+  auto s = parse_smaps_rollup(
+      "55dcfdc87000-7fff1fc21000 ---p 00000000 00:00 0    [rollup]\nRss:  1764 kB\n"
+      "Pss_Anon:   100 kB\nPss:   539 kB\nPss_Dirty:   99 kB\nPrivate_Clean:  4 kB\n"
+      "Private_Dirty:   220 kB\n");
+  EXPECT_EQ(s.pss_bytes, 539 * 1024);
+  EXPECT_EQ(s.private_dirty_bytes, 220 * 1024);
+  auto missing = parse_smaps_rollup("Rss:  1764 kB\n");
+  EXPECT_FALSE(missing.pss_bytes);
+  EXPECT_FALSE(missing.private_dirty_bytes);
+}
+
+TEST(SampleWchan, ZeroMeansNone) {
+  EXPECT_EQ(parse_wchan("futex_wait_queue"), "futex_wait_queue");
+  EXPECT_EQ(parse_wchan("0"), "");
+  EXPECT_EQ(parse_wchan(""), "");
+}
+
+TEST(SampleCpuTimes, BusyLeavesOutIdleAndIowait) {
+  auto t = parse_cpu_times("cpu  100 5 50 1000 20 1 2 3 40 0\ncpu0 50 2 25 500 10 0 1 1 20 0\n");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->busy, 100 + 5 + 50 + 1 + 2 + 3);
+  EXPECT_EQ(t->total, t->busy + 1000 + 20);
+  auto old = parse_cpu_times("cpu  1 2 3 4\n");
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->total, 10);
+  EXPECT_FALSE(parse_cpu_times("cpu  1 2 3\n"));
+  EXPECT_FALSE(parse_cpu_times("cpu0 1 2 3 4 5\n"));  // per-CPU lines are not the total
+}
+
+TEST(SampleMeminfo, MemAvailable) {
+  EXPECT_EQ(parse_mem_available("MemTotal:  24000000 kB\nMemFree: 1 kB\nMemAvailable:  2048 kB\n"),
+            2048 * 1024);
+  EXPECT_FALSE(parse_mem_available("MemTotal:  24000000 kB\nMemFree: 1 kB\n"));
+}
+
+TEST(SampleVmstat, SwapCounters) {
+  auto s = parse_vmstat("nr_free_pages 1\npswpin 12\npswpout 34\npswpin_extra 9\n");
+  EXPECT_EQ(s.pswpin, 12);
+  EXPECT_EQ(s.pswpout, 34);
+  auto none = parse_vmstat("nr_free_pages 1\n");
+  EXPECT_FALSE(none.pswpin);
+}
+
+TEST(SamplePressure, SomeAvg10) {
+  EXPECT_DOUBLE_EQ(*parse_pressure_some_avg10(
+                       "some avg10=1.35 avg60=2.56 avg300=1.55 total=7058490\n"
+                       "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"),
+                   1.35);
+  EXPECT_FALSE(parse_pressure_some_avg10("full avg10=3.00 avg60=0.00\n"));
+  EXPECT_FALSE(parse_pressure_some_avg10("some avg10=\n"));
+}
+
+TEST(SampleField, Overflow) {
+  std::string_view s = "99999999999999999999999";
+  EXPECT_FALSE(take_int(s));
+  EXPECT_FALSE(kib_after("X: 9223372036854775807 kB", "X:"));
+}
+
+TEST(SampleTree, RootFirstThenBreadthFirst) {
+  // 1 -> 10 -> {30, 20}; 20 -> 40; 50 unrelated; 60 is an extra root with child 61.
+  std::vector<std::pair<int, int>> pp = {{1, 0},   {10, 1},  {30, 10}, {20, 10},
+                                         {40, 20}, {50, 1},  {60, 50}, {61, 60}};
+  EXPECT_EQ(tree_order({10}, pp), (std::vector<int>{10, 20, 30, 40}));
+  EXPECT_EQ(tree_order({10, 60, 20}, pp), (std::vector<int>{10, 20, 30, 40, 60, 61}));
+  EXPECT_EQ(tree_order({999}, pp), std::vector<int>{});
+}
+
+TEST(SampleTree, CycleDoesNotLoop) {
+  std::vector<std::pair<int, int>> pp = {{5, 6}, {6, 5}};
+  EXPECT_EQ(tree_order({5}, pp), (std::vector<int>{5, 6}));
+}
+
+TEST(SampleProcFile, KeptOpenAndBudget) {
+  FdBudget budget(1);
+  ReadBuffer buf(8);  // smaller than the file: the buffer must grow
+  ProcFile kept("/proc/self/stat", &budget);
+  ProcFile per_read("/proc/self/stat", &budget);
+  EXPECT_TRUE(kept.kept_open());
+  EXPECT_FALSE(per_read.kept_open());
+  EXPECT_EQ(budget.left(), 0);
+  auto a = kept.read(buf);
+  ASSERT_TRUE(a);
+  EXPECT_TRUE(parse_stat(*a));
+  auto b = per_read.read(buf);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(parse_stat(*b)->ppid, getppid());
+  { ProcFile moved = std::move(kept); }
+  EXPECT_EQ(budget.left(), 1);
+  EXPECT_FALSE(ProcFile("/proc/self/no_such_file", &budget).read(buf));
+  EXPECT_EQ(budget.left(), 1);
+}
+
+TEST(SampleSampler, SelfFirstRatesOnSecondPass) {
+  Sampler sampler(getpid(), SamplerOptions{.threads = true});
+  Snapshot first = sampler.sample_once();
+  ASSERT_FALSE(first.processes.empty());
+  const ProcessSample& me = first.processes.front();
+  EXPECT_EQ(me.pid, getpid());
+  EXPECT_FALSE(me.cpu_pct);  // no previous pass
+  EXPECT_TRUE(me.cpu_ns_total);
+  EXPECT_TRUE(me.rss_bytes);
+  EXPECT_TRUE(me.pss_bytes);  // the first read of a process includes the slow sources
+  EXPECT_TRUE(me.open_fds);
+  EXPECT_EQ(me.state, 'R');
+  EXPECT_FALSE(first.machine.cpu_busy_pct);
+  EXPECT_TRUE(first.machine.mem_available_bytes);
+
+  // Burn some CPU so the second pass sees it.
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(60);
+  volatile uint64_t x = 0;
+  while (std::chrono::steady_clock::now() < until) x = x + 1;
+  Snapshot second = sampler.sample_once();
+  const ProcessSample& again = second.processes.front();
+  ASSERT_TRUE(again.cpu_pct);
+  ASSERT_TRUE(again.runq_delay_pct);
+  // A spinning thread is either on a CPU or waiting for one; how the two split depends on
+  // what else this shared machine runs.
+  EXPECT_GT(*again.cpu_pct + *again.runq_delay_pct, 60.0);
+  EXPECT_GT(*again.cpu_pct, 10.0);
+  EXPECT_TRUE(second.machine.cpu_busy_pct);
+  ASSERT_FALSE(again.threads.empty());
+  EXPECT_EQ(again.threads.front().tid, getpid());
+  EXPECT_GT(second.cost_ns, 0);
+  EXPECT_EQ(second.seq, 2u);
+  EXPECT_EQ(sampler.samples_taken(), 2u);
+  EXPECT_EQ(sampler.latest()->seq, 2u);
+}
+
+TEST(SampleSampler, ThreadRunsCallbackAndBoundedHistory) {
+  Sampler sampler(getpid(), SamplerOptions{.interval_ns = 5'000'000, .capacity = 3});
+  std::atomic<int> calls{0};
+  sampler.set_callback([&](const Snapshot& s) {
+    EXPECT_FALSE(s.processes.empty());
+    ++calls;
+  });
+  sampler.start();
+  sampler.start();  // a second start does nothing
+  while (calls.load() < 5) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  sampler.stop();
+  EXPECT_FALSE(sampler.running());
+  auto h = sampler.history();
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_LT(h[0].seq, h[1].seq);
+  EXPECT_LT(h[1].seq, h[2].seq);
+  EXPECT_EQ(h[2].seq, sampler.latest()->seq);
+  EXPECT_EQ(sampler.history(1).front().seq, h[2].seq);
+  EXPECT_GE(sampler.samples_taken(), 5u);
+  EXPECT_GT(sampler.cost_ns_total(), 0);
+}
+
+TEST(SampleSampler, MissingRootIsAnError) {
+  EXPECT_THROW(Sampler(0), dldoctor::Error);
+  EXPECT_THROW(Sampler(1 << 30), dldoctor::Error);
+  Sampler sampler(getpid());
+  EXPECT_THROW(sampler.add_root(1 << 30), dldoctor::Error);
+  EXPECT_THROW(Sampler(getpid(), SamplerOptions{.interval_ns = 0}), dldoctor::Error);
+}
