@@ -1,0 +1,109 @@
+// The shared-memory event ring: every worker and the main process of a job append 64-byte
+// Events; the watching process drains them. A plain file mapped MAP_SHARED (never on
+// /dev/shm: dldoctor diagnoses a too-small /dev/shm and must not eat it), so any process can
+// open it by path (spawned workers) or inherit the mapping (forked ones).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dldoctor_core/trace/event.hpp"
+
+namespace dldoctor::trace {
+
+/// "DLDRING1" read as a little-endian integer: marks a file as an event ring.
+inline constexpr uint64_t kRingMagic = 0x31474e4952444c44ull;
+/// Bumped whenever the header or the slot protocol changes.
+inline constexpr uint32_t kRingVersion = 1;
+/// Default slot count: 64 Ki events = 4 MiB, about a minute of a busy 8-worker job between
+/// two drains at 100 ms.
+inline constexpr size_t kDefaultRingCapacity = size_t{1} << 16;
+
+/// The first page of the ring file. Counters written by different sides live on their own
+/// cache lines so writers do not slow the reader down and vice versa.
+struct RingHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t header_bytes;
+  uint64_t capacity;  ///< slots; a power of two
+  uint32_t watcher_pid;
+  uint32_t pad0;
+  int64_t created_ns;  ///< CLOCK_MONOTONIC at creation
+  alignas(64) std::atomic<uint64_t> head;  ///< next ticket a writer reserves
+  alignas(64) std::atomic<uint64_t> tail;  ///< next ticket the reader consumes
+  alignas(64) std::atomic<uint64_t> dropped;  ///< events refused because the ring was full
+  std::atomic<uint64_t> lost;  ///< slots reserved but never published (writer died mid-write)
+  std::atomic<uint32_t> next_loader_id;  ///< hands out loader ids unique across processes
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "ring counters cross processes");
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "ring counters cross processes");
+
+/// A mapped event ring; many writers (any thread of any process), one reader. Move-only;
+/// unmaps on destruction (the file stays: the watcher removes its run directory).
+class EventRing {
+ public:
+  /// Creates (exclusively) the file at `path` with `capacity` slots (rounded up to a power
+  /// of two) and maps it. Throws dldoctor::Error with one line on failure.
+  static EventRing create(const std::string& path, size_t capacity = kDefaultRingCapacity);
+  /// Maps an existing ring file for writing (or reading). Throws dldoctor::Error with one
+  /// line when the file is missing, too short or not a ring.
+  static EventRing open(const std::string& path);
+
+  EventRing(EventRing&& other) noexcept;
+  EventRing& operator=(EventRing&& other) noexcept;
+  EventRing(const EventRing&) = delete;
+  EventRing& operator=(const EventRing&) = delete;
+  ~EventRing();
+
+  /// Appends `event` (its `seq` is ignored). Lock-free and wait-free in practice: returns
+  /// false, counting a drop, when the ring is full; never blocks the caller.
+  bool emit(const Event& event) noexcept;
+  /// Moves up to `max` committed events (0 = all available) into `out`, in reservation order.
+  /// A slot whose writer reserved it but has not published it for longer than the stall
+  /// timeout is skipped and counted in lost(). Single reader only.
+  size_t drain(std::vector<Event>& out, size_t max = 0) noexcept;
+
+  /// Events refused because the ring was full.
+  uint64_t dropped() const noexcept;
+  /// Reserved slots the reader gave up on (a writer killed or stopped mid-write).
+  uint64_t lost() const noexcept;
+  /// Events reserved and not yet drained (committed or not).
+  uint64_t pending() const noexcept;
+  /// A loader id unique among all processes writing this ring; starts at 1 (0 = unknown).
+  uint16_t next_loader_id() noexcept;
+
+  /// Slot count.
+  size_t capacity() const noexcept { return capacity_; }
+  /// The ring file.
+  const std::string& path() const noexcept { return path_; }
+  /// Pid of the process that created the ring.
+  uint32_t watcher_pid() const noexcept;
+  /// How long the reader waits for an unpublished slot before skipping it.
+  void set_stall_timeout(std::chrono::nanoseconds timeout) noexcept { stall_timeout_ns_ = timeout.count(); }
+  /// True while mapped (false after being moved from).
+  bool valid() const noexcept { return header_ != nullptr; }
+
+ private:
+  EventRing(std::string path, void* base, size_t bytes) noexcept;
+  void unmap() noexcept;
+
+  std::string path_;
+  void* base_ = nullptr;
+  size_t bytes_ = 0;
+  RingHeader* header_ = nullptr;
+  Event* slots_ = nullptr;
+  size_t capacity_ = 0;
+  uint64_t mask_ = 0;
+  // Reader-side state: when the slot at `stalled_ticket_` was first seen unpublished.
+  uint64_t stalled_ticket_ = UINT64_MAX;
+  int64_t stalled_since_ns_ = 0;
+  // A writer spends nanoseconds between reserving and publishing; one that is still not
+  // done after a second was killed or stopped (SIGSTOP, debugger), not merely preempted.
+  int64_t stall_timeout_ns_ = 1'000'000'000;
+};
+
+}  // namespace dldoctor::trace

@@ -1,0 +1,331 @@
+// The event ring: ordering, no loss or duplication under many writers, drops when full
+// without blocking, writers in other processes (fork, open by path), and a writer that
+// died between reserving and publishing a slot.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dldoctor_core/common/error.hpp"
+#include "dldoctor_core/trace/ring.hpp"
+
+namespace fs = std::filesystem;
+using dldoctor::trace::Event;
+using dldoctor::trace::EventKind;
+using dldoctor::trace::EventRing;
+using dldoctor::trace::RingHeader;
+
+namespace {
+
+// A fresh directory per test, removed afterwards.
+class TraceRing : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/dldoctor-ring-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const char* name = "ring") const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+Event make_event(int16_t worker, int32_t index) {
+  Event e;
+  e.kind = EventKind::kWorkerBatch;
+  e.pid = static_cast<uint32_t>(::getpid());
+  e.worker = worker;
+  e.index = index;
+  e.loader = 7;
+  e.count = 64;
+  e.t_ns = 1000 + index;
+  e.v[0] = index * 3;
+  e.v[3] = -1;
+  return e;
+}
+
+}  // namespace
+
+TEST_F(TraceRing, RoundTripKeepsEveryField) {
+  auto ring = EventRing::create(path(), 16);
+  EXPECT_EQ(ring.capacity(), 16u);
+  EXPECT_EQ(ring.watcher_pid(), static_cast<uint32_t>(::getpid()));
+  Event e = make_event(3, 41);
+  e.flags = 5;
+  e.v[1] = -7;
+  e.v[2] = INT64_MAX;
+  ASSERT_TRUE(ring.emit(e));
+  std::vector<Event> out;
+  ASSERT_EQ(ring.drain(out), 1u);
+  const Event& got = out[0];
+  EXPECT_EQ(got.kind, EventKind::kWorkerBatch);
+  EXPECT_EQ(got.pid, e.pid);
+  EXPECT_EQ(got.t_ns, e.t_ns);
+  EXPECT_EQ(got.flags, 5);
+  EXPECT_EQ(got.loader, 7);
+  EXPECT_EQ(got.worker, 3);
+  EXPECT_EQ(got.index, 41);
+  EXPECT_EQ(got.count, 64u);
+  EXPECT_EQ(got.v[0], 123);
+  EXPECT_EQ(got.v[1], -7);
+  EXPECT_EQ(got.v[2], INT64_MAX);
+  EXPECT_EQ(got.v[3], -1);
+  EXPECT_EQ(ring.drain(out), 0u);
+}
+
+TEST_F(TraceRing, CapacityRoundsUpToPowerOfTwo) {
+  auto ring = EventRing::create(path(), 1000);
+  EXPECT_EQ(ring.capacity(), 1024u);
+  EXPECT_EQ(fs::file_size(path()), 4096u + 1024u * sizeof(Event));
+}
+
+TEST_F(TraceRing, DrainRespectsMaxAndOrder) {
+  auto ring = EventRing::create(path(), 64);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(ring.emit(make_event(0, i)));
+  std::vector<Event> out;
+  EXPECT_EQ(ring.drain(out, 4), 4u);
+  EXPECT_EQ(ring.pending(), 6u);
+  EXPECT_EQ(ring.drain(out), 6u);
+  ASSERT_EQ(out.size(), 10u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(out[i].index, i);
+}
+
+TEST_F(TraceRing, WrapsAroundManyTimes) {
+  auto ring = EventRing::create(path(), 8);
+  std::vector<Event> out;
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(ring.emit(make_event(0, i)));
+    if (i % 5 == 4) ring.drain(out);
+  }
+  ring.drain(out);
+  ASSERT_EQ(out.size(), 1000u);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(out[i].index, i);
+  EXPECT_EQ(ring.dropped(), 0u);
+}
+
+TEST_F(TraceRing, OpenErrorsAreOneLine) {
+  EXPECT_THROW(EventRing::open(path("missing")), dldoctor::Error);
+  {
+    FILE* f = std::fopen(path("junk").c_str(), "w");
+    std::string junk(8192, 'x');
+    std::fwrite(junk.data(), 1, junk.size(), f);
+    std::fclose(f);
+  }
+  try {
+    EventRing::open(path("junk"));
+    FAIL() << "a junk file opened as a ring";
+  } catch (const dldoctor::Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("not an event ring"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos);
+  }
+  auto ring = EventRing::create(path(), 16);
+  EXPECT_THROW(EventRing::create(path(), 16), dldoctor::Error);  // exclusive
+  EXPECT_THROW(EventRing::create(path("zero"), 0), dldoctor::Error);
+  EXPECT_THROW(EventRing::create((dir_ / "no" / "such" / "dir").string(), 16), dldoctor::Error);
+}
+
+TEST_F(TraceRing, MoveTransfersTheMapping) {
+  auto a = EventRing::create(path(), 16);
+  EventRing b = std::move(a);
+  EXPECT_FALSE(a.valid());
+  EXPECT_TRUE(b.valid());
+  EXPECT_TRUE(b.emit(make_event(0, 1)));
+  std::vector<Event> out;
+  EXPECT_EQ(b.drain(out), 1u);
+}
+
+// Many writer threads and a concurrent reader; the ring is big enough never to be full, so
+// every event must arrive exactly once and each writer's events in its own order.
+TEST_F(TraceRing, ManyWritersOneReaderLoseNothing) {
+  constexpr int kWriters = 4;
+  constexpr int kPerWriter = 100'000;
+  auto reader = EventRing::create(path(), size_t{1} << 19);
+  std::atomic<int> done{0};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      auto ring = EventRing::open(path());  // each thread maps it itself, like a process
+      for (int i = 0; i < kPerWriter; ++i) ASSERT_TRUE(ring.emit(make_event(int16_t(w), i)));
+      done.fetch_add(1);
+    });
+  }
+  std::vector<Event> out;
+  out.reserve(kWriters * kPerWriter);
+  while (done.load() < kWriters || reader.pending() > 0) {
+    if (reader.drain(out) == 0) std::this_thread::yield();
+  }
+  for (auto& t : writers) t.join();
+  reader.drain(out);
+  ASSERT_EQ(out.size(), size_t(kWriters) * kPerWriter);
+  std::vector<int32_t> next(kWriters, 0);
+  for (const Event& e : out) {
+    ASSERT_GE(e.worker, 0);
+    ASSERT_LT(e.worker, kWriters);
+    ASSERT_EQ(e.index, next[e.worker]) << "writer " << e.worker << " out of order or duplicated";
+    ASSERT_EQ(e.v[0], int64_t(e.index) * 3);  // not torn
+    ++next[e.worker];
+  }
+  EXPECT_EQ(reader.dropped(), 0u);
+  EXPECT_EQ(reader.lost(), 0u);
+}
+
+// A small ring under the same load with a slow reader: writers never block, every refused
+// event is counted, and what was accepted arrives exactly once.
+TEST_F(TraceRing, FullRingDropsAndCountsWithoutBlocking) {
+  constexpr int kWriters = 4;
+  constexpr int kPerWriter = 50'000;
+  auto reader = EventRing::create(path(), 64);
+  std::atomic<uint64_t> accepted{0};
+  std::atomic<int> done{0};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      auto ring = EventRing::open(path());
+      uint64_t ok = 0;
+      for (int i = 0; i < kPerWriter; ++i) ok += ring.emit(make_event(int16_t(w), i));
+      accepted.fetch_add(ok);
+      done.fetch_add(1);
+    });
+  }
+  std::vector<Event> out;
+  while (done.load() < kWriters) {
+    reader.drain(out, 16);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  for (auto& t : writers) t.join();
+  reader.drain(out);
+  EXPECT_GT(reader.dropped(), 0u);
+  EXPECT_EQ(accepted.load() + reader.dropped(), uint64_t(kWriters) * kPerWriter);
+  EXPECT_EQ(out.size(), accepted.load());
+  std::vector<int32_t> last(kWriters, -1);
+  for (const Event& e : out) {
+    ASSERT_GT(e.index, last[e.worker]) << "duplicated or reordered";
+    last[e.worker] = e.index;
+  }
+}
+
+TEST_F(TraceRing, FullRingWithNoReaderStillReturns) {
+  auto ring = EventRing::create(path(), 16);
+  int ok = 0;
+  for (int i = 0; i < 1000; ++i) ok += ring.emit(make_event(0, i));
+  EXPECT_EQ(ok, 16);
+  EXPECT_EQ(ring.dropped(), 984u);
+  std::vector<Event> out;
+  EXPECT_EQ(ring.drain(out), 16u);
+  EXPECT_EQ(out.back().index, 15);
+  EXPECT_TRUE(ring.emit(make_event(0, 2000)));  // room again
+}
+
+// A forked child inherits the mapping and writes into the parent's ring; a second child
+// opens it by path, as a spawned worker does.
+TEST_F(TraceRing, ForkedAndSpawnedLikeChildrenWrite) {
+  auto ring = EventRing::create(path(), 4096);
+  pid_t inherit = ::fork();
+  ASSERT_GE(inherit, 0);
+  if (inherit == 0) {
+    for (int i = 0; i < 1000; ++i) {
+      Event e = make_event(1, i);
+      e.pid = static_cast<uint32_t>(::getpid());
+      if (!ring.emit(e)) ::_exit(2);
+    }
+    ::_exit(0);
+  }
+  pid_t by_path = ::fork();
+  ASSERT_GE(by_path, 0);
+  if (by_path == 0) {
+    try {
+      auto mine = EventRing::open(path());
+      for (int i = 0; i < 1000; ++i) {
+        Event e = make_event(2, i);
+        e.pid = static_cast<uint32_t>(::getpid());
+        if (!mine.emit(e)) ::_exit(2);
+      }
+    } catch (...) {
+      ::_exit(3);
+    }
+    ::_exit(0);
+  }
+  for (pid_t child : {inherit, by_path}) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+  }
+  std::vector<Event> out;
+  ASSERT_EQ(ring.drain(out), 2000u);
+  std::map<int, int> per_worker;
+  for (const Event& e : out) {
+    EXPECT_EQ(e.pid, uint32_t(e.worker == 1 ? inherit : by_path));
+    ASSERT_EQ(e.index, per_worker[e.worker]++);
+  }
+}
+
+// A writer that reserved a slot and was killed before publishing it: the reader waits for
+// it a bounded time, then skips it (counted as lost) and delivers everything after it.
+TEST_F(TraceRing, WriterKilledMidWriteDoesNotStallTheReader) {
+  auto ring = EventRing::create(path(), 64);
+  ring.set_stall_timeout(std::chrono::milliseconds(50));
+  ASSERT_TRUE(ring.emit(make_event(0, 0)));
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Do what emit() does up to the point of publishing, then die.
+    int fd = ::open(path().c_str(), O_RDWR);
+    void* base = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    static_cast<RingHeader*>(base)->head.fetch_add(1);
+    ::kill(::getpid(), SIGKILL);
+    ::_exit(1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  for (int i = 2; i < 6; ++i) ASSERT_TRUE(ring.emit(make_event(0, i)));
+
+  std::vector<Event> out;
+  EXPECT_EQ(ring.drain(out), 1u);  // event 0, then the dead slot holds the rest back
+  EXPECT_EQ(ring.drain(out), 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  EXPECT_EQ(ring.drain(out), 4u);
+  EXPECT_EQ(ring.lost(), 1u);
+  ASSERT_EQ(out.size(), 5u);
+  EXPECT_EQ(out[1].index, 2);
+  EXPECT_EQ(out[4].index, 5);
+  // The ring keeps working across the skipped slot's next round.
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(ring.emit(make_event(0, 100 + i)));
+    ASSERT_EQ(ring.drain(out), 1u);
+  }
+  EXPECT_EQ(ring.lost(), 1u);
+}
+
+TEST_F(TraceRing, LoaderIdsAreUniqueAcrossThreads) {
+  auto ring = EventRing::create(path(), 16);
+  EXPECT_EQ(ring.next_loader_id(), 1);
+  std::vector<std::thread> threads;
+  std::vector<std::vector<uint16_t>> got(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto mine = EventRing::open(path());
+      for (int i = 0; i < 1000; ++i) got[t].push_back(mine.next_loader_id());
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<uint16_t> all;
+  for (auto& v : got) all.insert(v.begin(), v.end());
+  EXPECT_EQ(all.size(), 4000u);
+  EXPECT_EQ(all.count(0), 0u);
+}
