@@ -1,0 +1,168 @@
+// Capacity against demand, and compute against wait, for the fetch rules.
+#include "dldoctor_core/analyze/capacity.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <string_view>
+
+#include "dldoctor_core/analyze/rules.hpp"
+
+namespace dldoctor::analyze {
+
+std::optional<FetchCapacity> fetch_capacity(const LoaderView& l) noexcept {
+  if (!l.fetch_mean_s || !l.step_mean_s || *l.fetch_mean_s <= 0) return std::nullopt;
+  FetchCapacity c;
+  c.fetch_s = *l.fetch_mean_s;
+  c.fetch_processes = l.fetch_processes();
+  c.serial = l.config.num_workers == 0;
+  c.capacity_bps = c.fetch_processes / c.fetch_s;
+  // A consumer step of ~0 (a loop that only iterates) wants batches as fast as possible.
+  c.demand_bps = *l.step_mean_s > 1e-9 ? 1.0 / *l.step_mean_s : 1e9;
+  return c;
+}
+
+std::optional<Shortfall> shortfall(const LoaderView& l) noexcept {
+  if (!stalled(l)) return std::nullopt;
+  auto cap = fetch_capacity(l);
+  if (!cap || !cap->short_of_demand()) return std::nullopt;
+  return Shortfall{*cap, busy_fraction(l)};
+}
+
+std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) noexcept {
+  auto spare = spare_cores(job);
+  if (!spare || *spare < 1) return std::nullopt;
+  if (cpu_contended(job, l).value_or(false)) return std::nullopt;
+  return l.config.num_workers + int(*spare);
+}
+
+void add_fetch_evidence(report::Finding& f, const JobView& job, const LoaderView& l,
+                        const Shortfall& s) {
+  f.add("data_stall_fraction", l.data_stall_fraction.value_or(0));
+  f.add("num_workers", double(l.config.num_workers));
+  if (l.getitem_p50_ms) f.add("getitem_p50_ms", *l.getitem_p50_ms);
+  if (l.getitem_p99_ms) f.add("getitem_p99_ms", *l.getitem_p99_ms);
+  if (l.collate_p50_ms) f.add("collate_p50_ms", *l.collate_p50_ms);
+  if (l.fetch_p50_ms) f.add("fetch_p50_ms", *l.fetch_p50_ms);
+  if (l.samples_per_batch) f.add("samples_per_batch", *l.samples_per_batch);
+  f.add("worker_capacity_batches_per_s", s.capacity.capacity_bps);
+  f.add("consumer_demand_batches_per_s", s.capacity.demand_bps);
+  if (l.batches_per_s) f.add("consumer_batches_per_s", *l.batches_per_s);
+  if (s.busy)
+    f.add("worker_on_cpu_fraction", l.on_cpu_fraction.value_or(*s.busy));
+  else
+    f.add("worker_on_cpu_fraction", std::string("unknown"));
+  if (l.fetchers.cpu_pct) f.add("worker_cpu_pct", *l.fetchers.cpu_pct);
+  if (l.fetchers.runq_delay_pct) f.add("run_queue_delay_pct", *l.fetchers.runq_delay_pct);
+  if (auto u = job.usable_cpus()) f.add("usable_cpus", *u);
+  if (job.total_workers) f.add("total_workers", double(*job.total_workers));
+}
+
+std::optional<double> busy_fraction(const LoaderView& l) noexcept {
+  std::optional<double> on_cpu = l.on_cpu_fraction;
+  // Without thread CPU time on the events, a worker's process CPU % is the same figure
+  // while the loader is stalled: the workers then always have a batch to fetch.
+  if (!on_cpu && l.fetchers.cpu_pct) on_cpu = *l.fetchers.cpu_pct / 100.0;
+  if (!on_cpu) return std::nullopt;
+  double busy = *on_cpu;
+  // Runnable but waiting for a CPU is still wanting to compute: under contention the
+  // on-CPU share alone would make CPU-bound workers look like they wait for I/O.
+  if (l.fetchers.runq_delay_pct) busy += *l.fetchers.runq_delay_pct / 100.0;
+  return std::clamp(busy, 0.0, 1.0);
+}
+
+std::optional<double> spare_cores(const JobView& job) noexcept {
+  auto usable = job.usable_cpus();
+  if (!usable) return std::nullopt;
+  return std::floor(*usable) - job.total_workers.value_or(0) - 1;
+}
+
+std::optional<bool> cpu_contended(const JobView& job, const LoaderView& l) noexcept {
+  std::optional<double> runq = job.all_workers.runq_delay_pct;
+  if (!runq) runq = l.fetchers.runq_delay_pct;
+  if (!runq) return std::nullopt;
+  return *runq >= kFreeCpuRunQueuePct;
+}
+
+int workers_for(double demand_bps, double fetch_s) noexcept {
+  double n = std::ceil(demand_bps * fetch_s * kWorkerHeadroom - 1e-9);
+  return int(std::clamp(n, 1.0, 1e6));
+}
+
+std::string num(double v) {
+  char buf[32];
+  double a = std::fabs(v);
+  if (a >= 100 || v == std::floor(v))
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  else if (a >= 10)
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.2g", v);
+  return buf;
+}
+
+std::string hot_functions_text(const std::vector<HotFunction>& hot, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < hot.size() && i < n; ++i) {
+    const HotFunction& h = hot[i];
+    if (!out.empty()) out += "; ";
+    out.append(h.name);
+    if (!h.location.empty()) out.append(" (").append(h.location).append(")");
+    if (h.calls > 0)
+      out.append(" ").append(num(h.cumulative_ms / double(h.calls))).append(" ms/call, ")
+          .append(num(h.cumulative_ms)).append(" ms in ").append(std::to_string(h.calls))
+          .append(" calls");
+    else
+      out.append(" ").append(num(h.cumulative_ms)).append(" ms");
+  }
+  return out;
+}
+
+namespace {
+bool has(const std::string& lower, std::initializer_list<const char*> words) {
+  for (const char* w : words)
+    if (lower.find(w) != std::string::npos) return true;
+  return false;
+}
+}  // namespace
+
+const HotFunction* hottest_step(const std::vector<HotFunction>& hot) noexcept {
+  static constexpr const char* kWrappers[] = {"__getitem__", "__getitems__", "__call__",
+                                              "fetch", "_call_impl", "forward", "<lambda>",
+                                              "<listcomp>", "<genexpr>", "wrapper", "<module>"};
+  for (const HotFunction& h : hot) {  // hot is hottest first
+    bool wrapper = false;
+    for (const char* w : kWrappers) {
+      const std::string_view n(h.name), ws(w);
+      // "Compose.__call__" counts as "__call__": compare the last dotted part.
+      const size_t dot = n.rfind('.');
+      if ((dot == std::string_view::npos ? n : n.substr(dot + 1)) == ws) wrapper = true;
+    }
+    if (!wrapper) return &h;
+  }
+  return nullptr;
+}
+
+std::string hot_step_advice(const std::string& name) {
+  std::string s = name;
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (has(s, {"resize", "rescale", "thumbnail", "scale"}))
+    return "resize the images once, offline, and save them at training size, so each worker "
+           "only decodes a small image; or use Pillow-SIMD for the resize";
+  if (has(s, {"decode", "imread", "jpeg", "jpg", "png", "open", "load", "convert", "read"}))
+    return "store the images at training size, decode JPEGs at reduced size with PIL's "
+           "Image.draft('RGB', size), or decode with torchvision.io.decode_jpeg (nvJPEG on "
+           "the GPU)";
+  if (has(s, {"augment", "transform", "rotate", "affine", "crop", "flip", "blur", "color",
+               "normalize", "jitter"}))
+    return "apply this augmentation on the GPU to the whole batch (torchvision.transforms.v2 "
+           "on CUDA tensors), or precompute its deterministic part offline; Pillow-SIMD speeds "
+           "up PIL-based transforms";
+  if (has(s, {"tokeniz", "encode"}))
+    return "tokenize the corpus once, offline, and store the token ids";
+  return "precompute its result once, offline, and store it, or replace it with a vectorised "
+         "or native implementation";
+}
+
+}  // namespace dldoctor::analyze

@@ -1,0 +1,98 @@
+// Can a loader's workers keep up with its consumer, and do they compute or wait while
+// they fetch? Shared by slow_getitem, slow_collate and io_bound, which split the stalled
+// loaders between them on the same figures.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dldoctor_core/analyze/view.hpp"
+#include "dldoctor_core/report/finding.hpp"
+
+namespace dldoctor::analyze {
+
+/// A fetch is CPU-bound when the worker is on a CPU, or runnable and queued for one, for
+/// at least this share of it; below it the worker mostly sleeps (reads, sockets, locks).
+/// One cut at one half gives every stalled loader exactly one of slow_* or io_bound.
+inline constexpr double kCpuBoundFraction = 0.5;
+
+/// Workers count as unable to keep up when capacity < demand × this. Capacity and demand
+/// come from different clocks (the workers' fetch vs the consumer's step), and unpickling
+/// in the main process adds to each batch without showing in the fetch; a 10 % allowance
+/// keeps a real shortfall from being missed. Above it the workers could keep up and the
+/// stall has another cause, which these rules do not claim.
+inline constexpr double kCapacityMargin = 1.1;
+
+/// Headroom when sizing num_workers: fetch times vary, and a count sized for the mean
+/// demand alone lets the queue drain on every slow batch.
+inline constexpr double kWorkerHeadroom = 1.1;
+
+/// Which part of the fetch a CPU-bound loader should speed up: collate_fn when it holds
+/// at least this share of the fetch time, else __getitem__. The larger part is the one
+/// whose speed-up moves the total.
+inline constexpr double kCollateShare = 0.5;
+
+/// Run-queue delay (% of wall) of the workers below which the CPUs count as free: an
+/// uncontended machine stays in the low single digits.
+inline constexpr double kFreeCpuRunQueuePct = 10.0;
+
+/// The workers' throughput against what the consumer asks for.
+struct FetchCapacity {
+  double fetch_s = 0;        ///< mean fetch time of one batch (getitem + collate)
+  int fetch_processes = 1;   ///< workers (1: the main process, num_workers=0)
+  double capacity_bps = 0;   ///< batches/s the workers can supply
+  double demand_bps = 0;     ///< batches/s the consumer would take if never blocked
+  bool serial = false;       ///< num_workers=0: fetch and step never overlap
+  /// The workers cannot keep up (serial loading never overlaps, so it always counts).
+  bool short_of_demand() const noexcept {
+    return serial || capacity_bps < demand_bps * kCapacityMargin;
+  }
+};
+std::optional<FetchCapacity> fetch_capacity(const LoaderView& l) noexcept;
+
+/// A stalled loader whose workers cannot keep up, and how busy they are while fetching.
+struct Shortfall {
+  FetchCapacity capacity;
+  std::optional<double> busy;  ///< busy_fraction(); empty when CPU time was not measured
+};
+/// Empty unless the loader stalls and its workers are short of the consumer's demand.
+std::optional<Shortfall> shortfall(const LoaderView& l) noexcept;
+
+/// The num_workers the idle CPUs allow this loader (its count plus the spare cores);
+/// empty when no CPU is spare, the CPUs are contended, or the usable count is unknown.
+std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) noexcept;
+
+/// The figures every fetch finding shows: stall, per-sample and per-batch times,
+/// capacity against demand, on-CPU share, CPUs and workers.
+void add_fetch_evidence(report::Finding& f, const JobView& job, const LoaderView& l,
+                        const Shortfall& s);
+
+/// Share of the fetch the fetching process wants a CPU: on-CPU (thread CPU time / fetch
+/// time, from the events; else the sampler's CPU %) plus the run-queue delay when known.
+std::optional<double> busy_fraction(const LoaderView& l) noexcept;
+
+/// Cores nobody uses: usable − all workers − 1 (the main process); empty when unknown.
+std::optional<double> spare_cores(const JobView& job) noexcept;
+
+/// Whether the workers' CPUs are contended (run-queue delay ≥ kFreeCpuRunQueuePct);
+/// empty when the sampler could not tell.
+std::optional<bool> cpu_contended(const JobView& job, const LoaderView& l) noexcept;
+
+/// Workers needed to supply `demand_bps` at `fetch_s` per batch, with headroom.
+int workers_for(double demand_bps, double fetch_s) noexcept;
+
+/// "name (file:line) 3.1 ms/call, 1240 ms in 400 calls; ..." for the hottest `n`.
+std::string hot_functions_text(const std::vector<HotFunction>& hot, size_t n = 3);
+
+/// The hottest function that is a real step, not a wrapper whose cumulative time is all of
+/// __getitem__ (__getitem__ itself, Compose.__call__, fetch ...); null when none.
+const HotFunction* hottest_step(const std::vector<HotFunction>& hot) noexcept;
+
+/// How to make one hot step of __getitem__ cheaper, by what its name says it does.
+std::string hot_step_advice(const std::string& name);
+
+/// "%.3g"-style number for plain sentences.
+std::string num(double v);
+
+}  // namespace dldoctor::analyze

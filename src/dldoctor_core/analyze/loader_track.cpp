@@ -1,0 +1,117 @@
+// Folding one loader's events into bounded running state.
+#include "dldoctor_core/analyze/loader_track.hpp"
+
+#include <algorithm>
+
+namespace dldoctor::analyze {
+
+void LoaderTrack::on_iter_start(const trace::Event& e) noexcept {
+  config_.known = true;
+  config_.num_workers = std::max<int>(0, e.worker);
+  config_.batch_size = e.count ? std::optional<int>(int(e.count)) : std::nullopt;
+  config_.prefetch_factor = e.index > 0 ? std::optional<int>(e.index) : std::nullopt;
+  config_.flags = e.flags;
+  config_.timeout_ms = e.v[0] >= 0 ? std::optional<int64_t>(e.v[0]) : std::nullopt;
+  config_.main_pid = e.v[1] > 0 ? int(e.v[1]) : int(e.pid);
+  config_.start_method = (e.v[2] >= 0 && e.v[2] <= 3) ? trace::StartMethod(e.v[2])
+                                                      : trace::StartMethod::kUnknown;
+  ++epochs_started_;
+  if (epochs_.size() >= kMaxEpochs) epochs_.erase(epochs_.begin());
+  epochs_.push_back(EpochRecord{e.t_ns, std::nullopt, 0, std::nullopt});
+  awaiting_first_batch_ = true;
+}
+
+void LoaderTrack::on_iter_end(const trace::Event& e) noexcept {
+  if (!epochs_.empty() && !epochs_.back().end_ns) epochs_.back().end_ns = e.t_ns;
+  awaiting_first_batch_ = false;
+}
+
+void LoaderTrack::on_worker_batch(const trace::Event& e) noexcept {
+  const int64_t fetch = std::max<int64_t>(0, e.v[0]);
+  // A collate longer than the fetch it is part of is a clock glitch: clamp, never negative.
+  const int64_t collate = std::clamp<int64_t>(e.v[1], 0, fetch);
+  const bool cpu_known = e.v[2] >= 0;
+  WorkerSums s;
+  s.batches = 1;
+  s.samples = e.count;
+  s.fetch_ns = fetch;
+  s.collate_ns = collate;
+  if (cpu_known) {
+    s.cpu_ns = std::min(e.v[2], fetch);  // one thread cannot run longer than the wall time
+    s.cpu_fetch_ns = fetch;
+  }
+  if (e.v[3] >= 0) {
+    s.bytes = e.v[3];
+    s.bytes_batches = 1;
+  }
+  worker_total_ += s;
+  const int64_t t_end = e.t_ns + fetch;
+  if (WorkerSums* b = worker_recent_.at(t_end)) *b += s;
+  WorkerBatchRecord rec{t_end, fetch, collate, e.count};
+  recent_batches_.push(rec);
+  reservoir_.push(rec);
+
+  WorkerTrack& w = workers_[e.worker];
+  if (e.pid) w.pid = int(e.pid);
+  ++w.batches;
+  w.fetch_ns += fetch;
+  if (cpu_known) {
+    w.cpu_ns += s.cpu_ns;
+    w.cpu_fetch_ns += fetch;
+  }
+  w.recent_fetch_ns.push(fetch);
+}
+
+void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
+  if (!main_event_pid_) main_event_pid_ = int(e.pid);
+  const int64_t wait = std::max<int64_t>(0, e.v[0]);
+  const int64_t t_out = e.t_ns + wait;
+  MainSums s;
+  s.batches = 1;
+  if (e.v[1] >= 0) {
+    s.stepped = 1;
+    s.wait_ns = wait;
+    s.step_ns = e.v[1];
+  } else {
+    s.first_wait_ns = wait;
+  }
+  if (e.v[2] >= 0) {
+    s.pin_ns = e.v[2];
+    s.pinned = 1;
+  }
+  main_total_ += s;
+  if (MainSums* b = main_recent_.at(t_out)) *b += s;
+  if (!first_main_ns_) first_main_ns_ = e.t_ns;
+  last_main_ns_ = std::max(last_main_ns_.value_or(t_out), t_out);
+
+  if (!epochs_.empty()) {
+    EpochRecord& ep = epochs_.back();
+    if (awaiting_first_batch_) {
+      ep.first_batch_latency_ns = std::max<int64_t>(0, t_out - ep.start_ns);
+      awaiting_first_batch_ = false;
+    }
+    ++ep.batches;
+  }
+}
+
+LoaderConfig LoaderTrack::config() const noexcept {
+  LoaderConfig c = config_;
+  if (!c.known) {
+    int n = 0;
+    for (const auto& [id, w] : workers_) n += id >= 0;
+    c.num_workers = n;
+  }
+  if (!c.main_pid) c.main_pid = main_event_pid_;
+  return c;
+}
+
+std::vector<WorkerBatchRecord> LoaderTrack::worker_batches_since(int64_t from_ns) const {
+  if (from_ns < 0) return reservoir_.items();
+  std::vector<WorkerBatchRecord> out;
+  recent_batches_.for_each([&](const WorkerBatchRecord& r) {
+    if (r.t_end_ns >= from_ns) out.push_back(r);
+  });
+  return out;
+}
+
+}  // namespace dldoctor::analyze

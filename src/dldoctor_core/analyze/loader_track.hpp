@@ -1,0 +1,155 @@
+// What the analyzer remembers about one DataLoader from its events: the configuration of
+// its latest iterator, running totals for the whole run, per-second sums and the newest
+// batches for the recent window, per-worker batch times and per-epoch first-batch latency.
+// Memory is bounded whatever the length of the run.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "dldoctor_core/analyze/window_stats.hpp"
+#include "dldoctor_core/trace/event.hpp"
+
+namespace dldoctor::analyze {
+
+/// A loader's configuration, from its latest kIterStart.
+struct LoaderConfig {
+  bool known = false;                   ///< false until a kIterStart was seen
+  int num_workers = 0;                  ///< inferred from worker ids seen when !known
+  std::optional<int> batch_size;        ///< empty: batch_size=None or unknown
+  std::optional<int> prefetch_factor;   ///< empty: n/a (num_workers=0) or unknown
+  uint8_t flags = 0;                    ///< trace::LoaderFlags
+  std::optional<int64_t> timeout_ms;
+  int main_pid = 0;                     ///< 0 unknown
+  trace::StartMethod start_method = trace::StartMethod::kUnknown;
+
+  bool pin_memory() const noexcept { return flags & trace::kPinMemory; }
+  bool persistent_workers() const noexcept { return flags & trace::kPersistentWorkers; }
+  bool in_order() const noexcept { return flags & trace::kInOrder; }
+  bool iterable_dataset() const noexcept { return flags & trace::kIterableDataset; }
+  bool drop_last() const noexcept { return flags & trace::kDropLast; }
+  bool custom_collate() const noexcept { return flags & trace::kCustomCollate; }
+};
+
+/// Sums over the main process's batches.
+struct MainSums {
+  int64_t batches = 0;   ///< handed out
+  int64_t stepped = 0;   ///< batches with a known consumer step (not an epoch's first)
+  int64_t wait_ns = 0;   ///< blocked time of the stepped batches
+  int64_t step_ns = 0;   ///< consumer time of the stepped batches
+  int64_t first_wait_ns = 0;  ///< blocked time of epochs' first batches (worker startup)
+  int64_t pin_ns = 0;
+  int64_t pinned = 0;
+  MainSums& operator+=(const MainSums& o) noexcept {
+    batches += o.batches; stepped += o.stepped; wait_ns += o.wait_ns; step_ns += o.step_ns;
+    first_wait_ns += o.first_wait_ns; pin_ns += o.pin_ns; pinned += o.pinned;
+    return *this;
+  }
+};
+
+/// Sums over the workers' batches.
+struct WorkerSums {
+  int64_t batches = 0;
+  int64_t samples = 0;
+  int64_t fetch_ns = 0;
+  int64_t collate_ns = 0;
+  int64_t cpu_ns = 0;          ///< of the batches whose thread CPU time is known
+  int64_t cpu_fetch_ns = 0;    ///< fetch time of those same batches
+  int64_t bytes = 0;
+  int64_t bytes_batches = 0;   ///< batches whose tensor bytes are known
+  WorkerSums& operator+=(const WorkerSums& o) noexcept {
+    batches += o.batches; samples += o.samples; fetch_ns += o.fetch_ns;
+    collate_ns += o.collate_ns; cpu_ns += o.cpu_ns; cpu_fetch_ns += o.cpu_fetch_ns;
+    bytes += o.bytes; bytes_batches += o.bytes_batches;
+    return *this;
+  }
+};
+
+/// One worker batch, as kept for percentiles.
+struct WorkerBatchRecord {
+  int64_t t_end_ns = 0;
+  int64_t fetch_ns = 0;
+  int64_t collate_ns = 0;
+  uint32_t samples = 0;
+};
+
+/// One iterator (epoch) of a loader.
+struct EpochRecord {
+  int64_t start_ns = 0;
+  std::optional<int64_t> first_batch_latency_ns;  ///< iterator created → first batch handed out
+  int64_t batches = 0;
+  std::optional<int64_t> end_ns;
+};
+
+/// Per worker id: batch times kept for straggler and startup rules.
+struct WorkerTrack {
+  int pid = 0;
+  int64_t batches = 0;
+  int64_t fetch_ns = 0;
+  int64_t cpu_ns = 0;
+  int64_t cpu_fetch_ns = 0;
+  Ring<int64_t, 64> recent_fetch_ns;
+};
+
+/// All the event-derived state of one loader.
+class LoaderTrack {
+ public:
+  static constexpr size_t kRecentSeconds = 32;   ///< > the 10 s window plus late events
+  static constexpr size_t kRecentBatches = 4096; ///< the newest batches kept for percentiles
+  static constexpr size_t kReservoir = 4096;     ///< whole-run percentile sample
+  static constexpr size_t kMaxEpochs = 1024;     ///< epochs kept (the oldest are dropped)
+
+  LoaderTrack() : reservoir_(kReservoir) {}
+
+  void on_iter_start(const trace::Event& e) noexcept;
+  void on_iter_end(const trace::Event& e) noexcept;
+  void on_worker_batch(const trace::Event& e) noexcept;
+  void on_main_batch(const trace::Event& e) noexcept;
+  void on_worker_exception() noexcept { ++exceptions_; }
+  void on_worker_died() noexcept { ++deaths_; }
+
+  /// Configuration of the latest iterator (num_workers inferred when none was seen).
+  LoaderConfig config() const noexcept;
+  const MainSums& main_total() const noexcept { return main_total_; }
+  const WorkerSums& worker_total() const noexcept { return worker_total_; }
+  MainSums main_between(int64_t from_ns, int64_t to_ns) const noexcept {
+    return main_recent_.sum(from_ns, to_ns);
+  }
+  WorkerSums worker_between(int64_t from_ns, int64_t to_ns) const noexcept {
+    return worker_recent_.sum(from_ns, to_ns);
+  }
+  /// Batches whose fetch ended at or after `from_ns` (newest kRecentBatches at most);
+  /// from_ns < 0: the whole-run reservoir.
+  std::vector<WorkerBatchRecord> worker_batches_since(int64_t from_ns) const;
+  const std::map<int, WorkerTrack>& workers() const noexcept { return workers_; }
+  const std::vector<EpochRecord>& epochs() const noexcept { return epochs_; }
+  int64_t epochs_started() const noexcept { return epochs_started_; }
+  int64_t exceptions() const noexcept { return exceptions_; }
+  int64_t deaths() const noexcept { return deaths_; }
+  /// Time span of the main process's batches: first asked .. last handed out.
+  std::optional<int64_t> first_batch_ns() const noexcept { return first_main_ns_; }
+  std::optional<int64_t> last_batch_ns() const noexcept { return last_main_ns_; }
+  /// The main process's pid as seen on its events (0 unknown).
+  int main_pid() const noexcept { return config_.main_pid ? config_.main_pid : main_event_pid_; }
+
+ private:
+  LoaderConfig config_;
+  MainSums main_total_;
+  WorkerSums worker_total_;
+  SecondBuckets<MainSums, kRecentSeconds> main_recent_;
+  SecondBuckets<WorkerSums, kRecentSeconds> worker_recent_;
+  Ring<WorkerBatchRecord, kRecentBatches> recent_batches_;
+  Reservoir<WorkerBatchRecord> reservoir_;
+  std::map<int, WorkerTrack> workers_;
+  std::vector<EpochRecord> epochs_;
+  int64_t epochs_started_ = 0;
+  int64_t exceptions_ = 0;
+  int64_t deaths_ = 0;
+  bool awaiting_first_batch_ = false;
+  std::optional<int64_t> first_main_ns_, last_main_ns_;
+  int main_event_pid_ = 0;
+};
+
+}  // namespace dldoctor::analyze

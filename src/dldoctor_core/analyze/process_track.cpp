@@ -1,0 +1,171 @@
+// Folding sampler passes into a short ring and per-pid running sums.
+#include "dldoctor_core/analyze/process_track.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace dldoctor::analyze {
+
+void ProcessTrack::ingest(const sample::Snapshot& s) {
+  ++passes_;
+  latest_ns_ = std::max(latest_ns_, s.t_ns);
+  Pass p;
+  p.t_ns = s.t_ns;
+  p.seq = passes_;
+  p.machine = s.machine;
+  p.procs.reserve(s.processes.size());
+  for (const sample::ProcessSample& ps : s.processes) {
+    p.procs.push_back(Proc{ps.pid, ps.cpu_pct, ps.runq_delay_pct, ps.involuntary_cs_per_s,
+                           ps.voluntary_cs_per_s, ps.read_bytes_per_s, ps.rchar_per_s});
+    auto it = pids_.find(ps.pid);
+    if (it == pids_.end()) {
+      if (pids_.size() >= kMaxPids) continue;
+      it = pids_.emplace(ps.pid, PidTotals{}).first;
+      it->second.first_ns = s.t_ns;
+      it->second.first_seq = passes_;
+    }
+    PidTotals& t = it->second;
+    t.last_ns = s.t_ns;
+    t.last_seq = passes_;
+    ++t.samples;
+    t.cpu.add(ps.cpu_pct);
+    t.runq.add(ps.runq_delay_pct);
+    t.ics.add(ps.involuntary_cs_per_s);
+    t.vcs.add(ps.voluntary_cs_per_s);
+    t.read_bps.add(ps.read_bytes_per_s);
+    t.rchar_ps.add(ps.rchar_per_s);
+  }
+  m_cpu_busy_.add(s.machine.cpu_busy_pct);
+  m_io_.add(s.machine.io_pressure_some);
+  m_cpu_p_.add(s.machine.cpu_pressure_some);
+  m_mem_p_.add(s.machine.mem_pressure_some);
+  if (s.machine.mem_available_bytes)
+    m_mem_min_ = std::min(m_mem_min_.value_or(*s.machine.mem_available_bytes),
+                          *s.machine.mem_available_bytes);
+
+  passes_kept_.push_back(std::move(p));
+  while (!passes_kept_.empty() && (passes_kept_.size() > kKeepPasses ||
+                                   passes_kept_.front().t_ns < latest_ns_ - kKeepNs))
+    passes_kept_.pop_front();
+}
+
+namespace {
+void set_mean(std::optional<double>& out, double sum, int n) {
+  if (n) out = sum / n;
+}
+}  // namespace
+
+ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
+                                int64_t to_ns) const {
+  ProcAgg a;
+  if (pids.empty()) return a;
+  const std::unordered_set<int> want(pids.begin(), pids.end());
+  double cpu = 0, runq = 0, ics = 0, vcs = 0, reads = 0, rchar = 0;
+  int n_cpu = 0, n_runq = 0, n_ics = 0, n_vcs = 0, n_reads = 0, n_rchar = 0;
+
+  if (from_ns < 0) {
+    int64_t first_seq = 0, last_seq = 0;
+    for (int pid : want) {
+      auto it = pids_.find(pid);
+      if (it == pids_.end()) continue;
+      const PidTotals& t = it->second;
+      ++a.processes;
+      a.samples += t.samples;
+      if (!first_seq || t.first_seq < first_seq) first_seq = t.first_seq;
+      last_seq = std::max(last_seq, t.last_seq);
+      cpu += t.cpu.sum, n_cpu += t.cpu.n;
+      runq += t.runq.sum, n_runq += t.runq.n;
+      ics += t.ics.sum, n_ics += t.ics.n;
+      vcs += t.vcs.sum, n_vcs += t.vcs.n;
+      reads += t.read_bps.sum, n_reads += t.read_bps.n;
+      rchar += t.rchar_ps.sum, n_rchar += t.rchar_ps.n;
+      if (auto m = t.cpu.mean()) a.cpu_pct_each.emplace_back(pid, *m);
+    }
+    // Rates of the set together: each pass's sum, averaged over the passes that spanned
+    // the set's lifetime (a pid absent from a pass read nothing in it).
+    const double passes = double(last_seq - first_seq + 1);
+    if (n_reads && a.processes) a.read_bytes_per_s = reads / passes;
+    if (n_rchar && a.processes) a.rchar_per_s = rchar / passes;
+  } else {
+    std::unordered_map<int, std::pair<double, int>> each;
+    int passes_reads = 0, passes_rchar = 0;
+    std::unordered_set<int> seen;
+    for (const Pass& p : passes_kept_) {
+      if (p.t_ns < from_ns || p.t_ns > to_ns) continue;
+      double pass_reads = 0, pass_rchar = 0;
+      bool any_reads = false, any_rchar = false;
+      for (const Proc& pr : p.procs) {
+        if (!want.count(pr.pid)) continue;
+        seen.insert(pr.pid);
+        ++a.samples;
+        if (pr.cpu_pct) {
+          cpu += *pr.cpu_pct, ++n_cpu;
+          auto& e = each[pr.pid];
+          e.first += *pr.cpu_pct, ++e.second;
+        }
+        if (pr.runq_delay_pct) runq += *pr.runq_delay_pct, ++n_runq;
+        if (pr.ics) ics += *pr.ics, ++n_ics;
+        if (pr.vcs) vcs += *pr.vcs, ++n_vcs;
+        if (pr.read_bps) pass_reads += *pr.read_bps, any_reads = true, ++n_reads;
+        if (pr.rchar_ps) pass_rchar += *pr.rchar_ps, any_rchar = true, ++n_rchar;
+      }
+      if (any_reads) reads += pass_reads, ++passes_reads;
+      if (any_rchar) rchar += pass_rchar, ++passes_rchar;
+    }
+    a.processes = int(seen.size());
+    if (passes_reads) a.read_bytes_per_s = reads / passes_reads;
+    if (passes_rchar) a.rchar_per_s = rchar / passes_rchar;
+    for (const auto& [pid, e] : each) a.cpu_pct_each.emplace_back(pid, e.first / e.second);
+  }
+  set_mean(a.cpu_pct, cpu, n_cpu);
+  set_mean(a.runq_delay_pct, runq, n_runq);
+  set_mean(a.involuntary_cs_per_s, ics, n_ics);
+  set_mean(a.voluntary_cs_per_s, vcs, n_vcs);
+  std::sort(a.cpu_pct_each.begin(), a.cpu_pct_each.end());
+  return a;
+}
+
+MachineAgg ProcessTrack::machine(int64_t from_ns, int64_t to_ns) const {
+  MachineAgg m;
+  if (from_ns < 0) {
+    m.passes = int(passes_);
+    m.cpu_busy_pct = m_cpu_busy_.mean();
+    m.io_pressure_some = m_io_.mean();
+    m.cpu_pressure_some = m_cpu_p_.mean();
+    m.mem_pressure_some = m_mem_p_.mean();
+    m.mem_available_min_bytes = m_mem_min_;
+    return m;
+  }
+  Sum busy, io, cpu_p, mem_p;
+  for (const Pass& p : passes_kept_) {
+    if (p.t_ns < from_ns || p.t_ns > to_ns) continue;
+    ++m.passes;
+    busy.add(p.machine.cpu_busy_pct);
+    io.add(p.machine.io_pressure_some);
+    cpu_p.add(p.machine.cpu_pressure_some);
+    mem_p.add(p.machine.mem_pressure_some);
+    if (p.machine.mem_available_bytes)
+      m.mem_available_min_bytes = std::min(
+          m.mem_available_min_bytes.value_or(*p.machine.mem_available_bytes),
+          *p.machine.mem_available_bytes);
+  }
+  m.cpu_busy_pct = busy.mean();
+  m.io_pressure_some = io.mean();
+  m.cpu_pressure_some = cpu_p.mean();
+  m.mem_pressure_some = mem_p.mean();
+  return m;
+}
+
+std::optional<std::pair<int64_t, int64_t>> ProcessTrack::seen(int pid) const {
+  auto it = pids_.find(pid);
+  if (it == pids_.end()) return std::nullopt;
+  return std::make_pair(it->second.first_ns, it->second.last_ns);
+}
+
+std::optional<bool> ProcessTrack::alive_in_latest(int pid) const {
+  if (passes_kept_.empty()) return std::nullopt;
+  auto it = pids_.find(pid);
+  return it != pids_.end() && it->second.last_seq == passes_;
+}
+
+}  // namespace dldoctor::analyze

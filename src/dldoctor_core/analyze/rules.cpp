@@ -1,0 +1,29 @@
+// The data-bound question shared by every rule, and the order the rules run in.
+#include "dldoctor_core/analyze/rules.hpp"
+
+#include "dldoctor_core/analyze/verdict.hpp"
+
+namespace dldoctor::analyze {
+
+bool stalled(const LoaderView& l) noexcept {
+  return l.stepped_batches >= kMinSteadyBatches && l.data_stall_fraction &&
+         *l.data_stall_fraction >= kDataStallFraction;
+}
+
+bool keeps_up(const LoaderView& l) noexcept {
+  return l.stepped_batches >= kMinSteadyBatches && l.data_stall_fraction &&
+         *l.data_stall_fraction < kDataStallFraction;
+}
+
+std::vector<report::Finding> run_rules(const JobView& job) {
+  std::vector<report::Finding> out;
+  rule_too_many_workers(job, out);
+  rule_slow_getitem(job, out);
+  rule_slow_collate(job, out);
+  rule_io_bound(job, out);
+  rule_main_process_bound(job, out);
+  order_findings(out);
+  return out;
+}
+
+}  // namespace dldoctor::analyze

@@ -1,0 +1,334 @@
+// The Session folds events and passes into bounded state, and reduces that state to a
+// JobView over a window when asked; the rules do the rest.
+#include "dldoctor_core/analyze/session.hpp"
+
+#include <algorithm>
+
+#include "dldoctor_core/analyze/rules.hpp"
+#include "dldoctor_core/analyze/verdict.hpp"
+
+namespace dldoctor::analyze {
+
+void Session::set_facts(const system::Facts& facts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  facts_ = facts;
+}
+
+void Session::set_data_storage(const system::StorageFacts& storage) {
+  std::lock_guard<std::mutex> lock(mu_);
+  storage_ = storage;
+}
+
+void Session::touch_worker_locked(uint16_t loader, int worker, int pid, int64_t t_ns,
+                                  bool exited) {
+  if (pid <= 0 || worker < 0) return;
+  auto it = worker_pids_.find(pid);
+  if (it == worker_pids_.end()) {
+    if (worker_pids_.size() >= kMaxWorkerPids) return;
+    it = worker_pids_.emplace(pid, WorkerPid{loader, worker, t_ns, t_ns, false}).first;
+  }
+  WorkerPid& w = it->second;
+  w.loader = loader;
+  w.worker = worker;
+  w.first_ns = std::min(w.first_ns, t_ns);
+  w.last_ns = std::max(w.last_ns, t_ns);
+  if (exited) w.exited = true;
+}
+
+void Session::ingest(const trace::Event& e) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++events_;
+  if (e.t_ns > 0) {
+    if (!first_ns_ || e.t_ns < first_ns_) first_ns_ = e.t_ns;
+    latest_ns_ = std::max(latest_ns_, e.t_ns);
+  }
+  LoaderTrack& l = loaders_[e.loader];
+  switch (e.kind) {
+    case trace::EventKind::kIterStart:
+      l.on_iter_start(e);
+      break;
+    case trace::EventKind::kWorkerBatch:
+      l.on_worker_batch(e);
+      latest_ns_ = std::max(latest_ns_, e.t_ns + std::max<int64_t>(0, e.v[0]));
+      touch_worker_locked(e.loader, e.worker, int(e.pid), e.t_ns + std::max<int64_t>(0, e.v[0]),
+                          false);
+      break;
+    case trace::EventKind::kMainBatch:
+      l.on_main_batch(e);
+      latest_ns_ = std::max(latest_ns_, e.t_ns + std::max<int64_t>(0, e.v[0]));
+      break;
+    case trace::EventKind::kWorkerStart:
+      touch_worker_locked(e.loader, e.worker, int(e.pid), e.t_ns, false);
+      break;
+    case trace::EventKind::kWorkerExit:
+      touch_worker_locked(e.loader, e.worker, int(e.pid), e.t_ns, true);
+      break;
+    case trace::EventKind::kWorkerException:
+      l.on_worker_exception();
+      break;
+    case trace::EventKind::kIterEnd:
+      l.on_iter_end(e);
+      break;
+    case trace::EventKind::kWorkerDied: {
+      l.on_worker_died();
+      // Written by the main process: the dead worker is the newest pid of that id.
+      WorkerPid* newest = nullptr;
+      for (auto& [pid, w] : worker_pids_)
+        if (w.loader == e.loader && w.worker == e.worker && !w.exited &&
+            (!newest || w.first_ns > newest->first_ns))
+          newest = &w;
+      if (newest) {
+        newest->exited = true;
+        newest->last_ns = std::max(newest->last_ns, e.t_ns);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void Session::ingest(const sample::Snapshot& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  procs_.ingest(s);
+  latest_ns_ = std::max(latest_ns_, s.t_ns);
+}
+
+void Session::note_worker_pid(uint16_t loader, int worker, int pid, int64_t t_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  touch_worker_locked(loader, worker, pid, t_ns, false);
+}
+
+void Session::add_hot_functions(uint16_t loader, std::vector<HotFunction> functions) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<HotFunction>& hot = hot_[loader];
+  for (HotFunction& h : functions) {
+    auto it = std::find_if(hot.begin(), hot.end(), [&](const HotFunction& o) {
+      return o.name == h.name && o.location == h.location;
+    });
+    if (it != hot.end())
+      *it = std::move(h);
+    else if (hot.size() < 256)  // a profile names a few dozen functions; bound it anyway
+      hot.push_back(std::move(h));
+  }
+  std::stable_sort(hot.begin(), hot.end(), [](const HotFunction& a, const HotFunction& b) {
+    return a.cumulative_ms > b.cumulative_ms;
+  });
+}
+
+std::vector<int> Session::worker_pids_locked(std::optional<uint16_t> loader, int64_t from,
+                                             int64_t to) const {
+  std::vector<int> out;
+  for (const auto& [pid, w] : worker_pids_) {
+    if (loader && w.loader != *loader) continue;
+    int64_t first = w.first_ns, last = w.last_ns;
+    if (auto seen = procs_.seen(pid)) {
+      first = std::min(first, seen->first);
+      last = std::max(last, seen->second);
+    } else if (!w.exited && !procs_.any()) {
+      last = to;  // no sampler: a worker that has not exited is taken as alive
+    }
+    if (last >= from && first <= to) out.push_back(pid);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::optional<int> Session::peak_workers_locked(int64_t from, int64_t to) const {
+  if (worker_pids_.empty()) return std::nullopt;
+  std::vector<std::pair<int64_t, int>> edges;  // (time, +1 start / -1 end)
+  for (const auto& [pid, w] : worker_pids_) {
+    int64_t first = w.first_ns, last = w.last_ns;
+    if (auto seen = procs_.seen(pid)) {
+      first = std::min(first, seen->first);
+      last = std::max(last, seen->second);
+    } else if (!w.exited && !procs_.any()) {
+      last = to;
+    }
+    if (last < from || first > to) continue;
+    edges.emplace_back(std::max(first, from), +1);
+    edges.emplace_back(std::min(last, to), -1);
+  }
+  // Starts before ends at the same instant: a pid seen in one pass only still counts.
+  std::sort(edges.begin(), edges.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : a.second > b.second;
+  });
+  int now = 0, peak = 0;
+  for (const auto& [t, d] : edges) peak = std::max(peak, now += d);
+  return peak;
+}
+
+namespace {
+
+struct Percentiles {
+  std::optional<double> getitem_p50_ms, getitem_p99_ms, collate_p50_ms, fetch_p50_ms;
+};
+
+Percentiles percentiles(const std::vector<WorkerBatchRecord>& records) {
+  std::vector<double> getitem, collate, fetch;
+  getitem.reserve(records.size());
+  collate.reserve(records.size());
+  fetch.reserve(records.size());
+  for (const WorkerBatchRecord& r : records) {
+    fetch.push_back(double(r.fetch_ns) / 1e6);
+    collate.push_back(double(r.collate_ns) / 1e6);
+    if (r.samples > 0) getitem.push_back(double(r.fetch_ns - r.collate_ns) / 1e6 / r.samples);
+  }
+  Percentiles p;
+  p.getitem_p50_ms = quantile(getitem, 0.5);
+  p.getitem_p99_ms = quantile(getitem, 0.99);
+  p.collate_p50_ms = quantile(collate, 0.5);
+  p.fetch_p50_ms = quantile(fetch, 0.5);
+  return p;
+}
+
+}  // namespace
+
+JobView Session::view_locked(int64_t now_ns, Window w) const {
+  JobView v;
+  v.whole_run = w == Window::kWholeRun;
+  v.to_ns = now_ns > 0 ? now_ns : latest_ns_;
+  v.from_ns = v.whole_run ? first_ns_ : v.to_ns - kRecentWindowNs;
+  const int64_t from = v.whole_run ? -1 : v.from_ns;  // -1: whole-run sums in the tracks
+  v.facts = facts_;
+  v.data_storage = storage_;
+
+  std::vector<int> main_pids;
+  bool any_worker_batches = false;
+  int configured_workers = 0;
+  for (const auto& [id, track] : loaders_) {
+    LoaderView l;
+    l.loader = id;
+    l.config = track.config();
+    const MainSums m = v.whole_run ? track.main_total() : track.main_between(v.from_ns, v.to_ns);
+    const WorkerSums ws =
+        v.whole_run ? track.worker_total() : track.worker_between(v.from_ns, v.to_ns);
+    if (m.batches == 0 && ws.batches == 0) continue;  // idle in this window
+    l.batches = m.batches;
+    l.stepped_batches = m.stepped;
+    const int64_t loop_ns = m.wait_ns + m.step_ns;
+    if (m.stepped > 0 && loop_ns > 0) {
+      l.data_stall_fraction = double(m.wait_ns) / double(loop_ns);
+      l.wait_mean_s = double(m.wait_ns) / 1e9 / double(m.stepped);
+      l.step_mean_s = double(m.step_ns) / 1e9 / double(m.stepped);
+      l.batches_per_s = double(m.stepped) / (double(loop_ns) / 1e9);
+    }
+    l.worker_batches = ws.batches;
+    if (ws.batches > 0) {
+      any_worker_batches = any_worker_batches || l.config.num_workers > 0;
+      l.fetch_mean_s = double(ws.fetch_ns) / 1e9 / double(ws.batches);
+      if (ws.fetch_ns > 0) l.collate_share = double(ws.collate_ns) / double(ws.fetch_ns);
+      if (ws.cpu_fetch_ns > 0)
+        l.on_cpu_fraction = std::min(1.0, double(ws.cpu_ns) / double(ws.cpu_fetch_ns));
+      if (ws.samples > 0) l.samples_per_batch = double(ws.samples) / double(ws.batches);
+      if (ws.bytes_batches > 0) l.batch_bytes_mean = double(ws.bytes) / double(ws.bytes_batches);
+      Percentiles p = percentiles(track.worker_batches_since(from));
+      l.getitem_p50_ms = p.getitem_p50_ms;
+      l.getitem_p99_ms = p.getitem_p99_ms;
+      l.collate_p50_ms = p.collate_p50_ms;
+      l.fetch_p50_ms = p.fetch_p50_ms;
+    }
+    l.worker_pids = worker_pids_locked(id, v.from_ns, v.to_ns);
+    if (l.config.main_pid > 0 &&
+        std::find(main_pids.begin(), main_pids.end(), l.config.main_pid) == main_pids.end())
+      main_pids.push_back(l.config.main_pid);
+    if (l.config.num_workers > 0)
+      l.fetchers = procs_.aggregate(l.worker_pids, from, v.to_ns);
+    else if (l.config.main_pid > 0)
+      l.fetchers = procs_.aggregate({l.config.main_pid}, from, v.to_ns);
+    if (auto it = hot_.find(id); it != hot_.end()) l.hot_functions = it->second;
+    configured_workers += l.config.num_workers;
+    v.loaders.push_back(std::move(l));
+  }
+  v.total_workers = peak_workers_locked(v.from_ns, v.to_ns);
+  // No worker pid was ever reported (hooks without worker events): fall back on the
+  // configured counts of the loaders active in the window.
+  if (!v.total_workers && any_worker_batches) v.total_workers = configured_workers;
+  if (!v.total_workers && !v.loaders.empty() && configured_workers == 0) v.total_workers = 0;
+  v.all_workers = procs_.aggregate(worker_pids_locked(std::nullopt, v.from_ns, v.to_ns), from,
+                                   v.to_ns);
+  v.main_process = procs_.aggregate(main_pids, from, v.to_ns);
+  v.machine = procs_.machine(from, v.to_ns);
+  return v;
+}
+
+JobView Session::view(int64_t now_ns, Window w) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return view_locked(now_ns, w);
+}
+
+std::vector<report::Finding> Session::findings(int64_t now_ns, Window w) const {
+  JobView v = view(now_ns, w);  // rules run outside the lock: ingest is never held up
+  return run_rules(v);
+}
+
+std::string Session::verdict(const std::vector<report::Finding>& findings) {
+  return analyze::verdict(findings);
+}
+
+std::vector<LoaderSummary> Session::loaders() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const JobView v = view_locked(0, Window::kWholeRun);
+  std::vector<LoaderSummary> out;
+  for (const auto& [id, track] : loaders_) {
+    LoaderSummary s;
+    s.id = id;
+    s.config = track.config();
+    s.epochs = track.epochs_started();
+    s.batches = track.main_total().batches;
+    s.worker_exceptions = track.exceptions();
+    s.worker_deaths = track.deaths();
+    auto lv = std::find_if(v.loaders.begin(), v.loaders.end(),
+                           [&](const LoaderView& l) { return l.loader == id; });
+    if (lv != v.loaders.end()) {
+      s.batches_per_s = lv->batches_per_s;
+      if (lv->data_stall_fraction) s.data_stall_pct = *lv->data_stall_fraction * 100;
+      s.getitem_p50_ms = lv->getitem_p50_ms;
+      s.getitem_p99_ms = lv->getitem_p99_ms;
+      s.collate_p50_ms = lv->collate_p50_ms;
+      s.fetch_p50_ms = lv->fetch_p50_ms;
+      if (lv->step_mean_s) s.consumer_step_ms = *lv->step_mean_s * 1e3;
+      s.batch_bytes = lv->batch_bytes_mean;
+      s.worker_on_cpu_fraction = lv->on_cpu_fraction;
+      s.worker_cpu_pct = lv->fetchers.cpu_pct;
+      s.runq_delay_pct = lv->fetchers.runq_delay_pct;
+      if (lv->fetchers.read_bytes_per_s) s.read_mb_per_s = *lv->fetchers.read_bytes_per_s / 1e6;
+      s.worker_pids = lv->worker_pids;
+    }
+    const MainSums& m = track.main_total();
+    if (m.pinned > 0) s.pin_memory_ms = double(m.pin_ns) / 1e6 / double(m.pinned);
+    for (const auto& [wid, wt] : track.workers()) {
+      WorkerSummary w;
+      w.worker = wid;
+      w.pid = wt.pid;
+      w.batches = wt.batches;
+      if (wt.batches > 0) w.fetch_mean_ms = double(wt.fetch_ns) / 1e6 / double(wt.batches);
+      if (wt.cpu_fetch_ns > 0)
+        w.on_cpu_fraction = std::min(1.0, double(wt.cpu_ns) / double(wt.cpu_fetch_ns));
+      std::vector<double> recent;
+      wt.recent_fetch_ns.for_each([&](int64_t ns) { recent.push_back(double(ns) / 1e6); });
+      w.fetch_recent_p50_ms = quantile(recent, 0.5);
+      s.workers.push_back(w);
+    }
+    for (const EpochRecord& ep : track.epochs()) {
+      if (!ep.first_batch_latency_ns) continue;
+      const double ms = double(*ep.first_batch_latency_ns) / 1e6;
+      if (!s.first_batch_latency_ms) s.first_batch_latency_ms = ms;
+      s.first_batch_latency_ms_per_epoch.push_back(ms);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+int64_t Session::latest_ns() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return latest_ns_;
+}
+
+int64_t Session::events() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_;
+}
+
+}  // namespace dldoctor::analyze
