@@ -1,10 +1,181 @@
-// Glue for dldoctor_core/sample.
+// Glue for dldoctor_core/sample: the Sampler class and snapshots as plain dicts.
+#include <Python.h>
 #include <nanobind/nanobind.h>
 
+#include "dldoctor_core/common/error.hpp"
+#include "dldoctor_core/sample/sampler.hpp"
 #include "register.hpp"
+#include "sample_convert.hpp"
 
 namespace nb = nanobind;
 
 namespace dldoctor::ext {
-void register_sample(nb::module_& m) { (void)m; }
+namespace {
+
+template <typename T>
+nb::object opt(const std::optional<T>& v) {
+  return v ? nb::cast(*v) : nb::none();
+}
+
+// comm is whatever bytes a process put there (prctl, argv[0]); never let it raise.
+nb::object text(const std::string& s) {
+  return nb::steal(PyUnicode_DecodeUTF8(s.data(), Py_ssize_t(s.size()), "replace"));
+}
+
+nb::object state(char c) { return text(std::string(1, c)); }
+
+nb::dict thread_to_dict(const sample::ThreadSample& t) {
+  nb::dict d;
+  d["tid"] = t.tid;
+  d["state"] = state(t.state);
+  d["comm"] = text(t.comm);
+  d["cpu_pct"] = opt(t.cpu_pct);
+  d["runq_delay_pct"] = opt(t.runq_delay_pct);
+  return d;
+}
+
+nb::dict machine_to_dict(const sample::MachineSample& m) {
+  nb::dict d;
+  d["cpu_busy_pct"] = opt(m.cpu_busy_pct);
+  d["mem_available_bytes"] = opt(m.mem_available_bytes);
+  d["swap_in_per_s"] = opt(m.swap_in_per_s);
+  d["swap_out_per_s"] = opt(m.swap_out_per_s);
+  d["cpu_pressure_some"] = opt(m.cpu_pressure_some);
+  d["io_pressure_some"] = opt(m.io_pressure_some);
+  d["mem_pressure_some"] = opt(m.mem_pressure_some);
+  d["shm_used_bytes"] = opt(m.shm_used_bytes);
+  d["shm_total_bytes"] = opt(m.shm_total_bytes);
+  return d;
+}
+
+sample::SamplerOptions make_options(double interval_s, int smaps_every, bool threads,
+                                    size_t capacity) {
+  if (!(interval_s > 0) || interval_s > 3600) {
+    throw Error("sampler interval_s must be between 0 and 3600 seconds");
+  }
+  sample::SamplerOptions o;
+  o.interval_ns = int64_t(interval_s * 1e9);
+  o.smaps_every = smaps_every;
+  o.threads = threads;
+  o.capacity = capacity;
+  return o;
+}
+
+}  // namespace
+
+nb::dict process_to_dict(const sample::ProcessSample& p) {
+  nb::dict d;
+  d["pid"] = p.pid;
+  d["ppid"] = p.ppid;
+  d["state"] = state(p.state);
+  d["comm"] = text(p.comm);
+  d["num_threads"] = p.num_threads;
+  d["cpu_pct"] = opt(p.cpu_pct);
+  d["runq_delay_pct"] = opt(p.runq_delay_pct);
+  d["voluntary_cs_per_s"] = opt(p.voluntary_cs_per_s);
+  d["involuntary_cs_per_s"] = opt(p.involuntary_cs_per_s);
+  d["rss_bytes"] = opt(p.rss_bytes);
+  d["pss_bytes"] = opt(p.pss_bytes);
+  d["private_dirty_bytes"] = opt(p.private_dirty_bytes);
+  d["read_bytes_per_s"] = opt(p.read_bytes_per_s);
+  d["rchar_per_s"] = opt(p.rchar_per_s);
+  d["read_bytes_total"] = opt(p.read_bytes_total);
+  d["rchar_total"] = opt(p.rchar_total);
+  d["cpu_ns_total"] = opt(p.cpu_ns_total);
+  d["open_fds"] = opt(p.open_fds);
+  d["wchan"] = text(p.wchan);
+  nb::list threads;
+  for (const auto& t : p.threads) threads.append(thread_to_dict(t));
+  d["threads"] = threads;
+  return d;
+}
+
+nb::dict snapshot_to_dict(const sample::Snapshot& s) {
+  nb::dict d;
+  d["t_ns"] = s.t_ns;
+  d["cost_ns"] = s.cost_ns;
+  d["seq"] = s.seq;
+  d["machine"] = machine_to_dict(s.machine);
+  nb::list processes;
+  for (const auto& p : s.processes) processes.append(process_to_dict(p));
+  d["processes"] = processes;
+  return d;
+}
+
+void register_sample(nb::module_& m) {
+  using sample::Sampler;
+  nb::class_<Sampler>(m, "Sampler",
+                      "Samples a process tree from /proc on its own thread (never holding the "
+                      "GIL). Snapshots are dicts; unknown values are None.")
+      .def(
+          "__init__",
+          [](Sampler* self, int root_pid, double interval_s, int smaps_every, bool threads,
+             size_t capacity) {
+            new (self) Sampler(root_pid, make_options(interval_s, smaps_every, threads, capacity));
+          },
+          nb::arg("root_pid"), nb::arg("interval_s") = 0.1, nb::arg("smaps_every") = 10,
+          nb::arg("threads") = false, nb::arg("capacity") = 600)
+      .def("add_root", &Sampler::add_root, nb::arg("pid"),
+           "Also sample pid and its descendants.")
+      .def("start", &Sampler::start, nb::call_guard<nb::gil_scoped_release>(),
+           "Start the sampling thread (no-op when running).")
+      .def("stop", &Sampler::stop, nb::call_guard<nb::gil_scoped_release>(),
+           "Stop and join the sampling thread.")
+      .def_prop_ro("running", &Sampler::running)
+      .def(
+          "sample_once",
+          [](Sampler& self) {
+            sample::Snapshot s;
+            {
+              nb::gil_scoped_release release;
+              s = self.sample_once();
+            }
+            return snapshot_to_dict(s);
+          },
+          "Take one pass now and return it.")
+      .def(
+          "latest",
+          [](const Sampler& self) -> nb::object {
+            std::optional<sample::Snapshot> s;
+            {
+              nb::gil_scoped_release release;
+              s = self.latest();
+            }
+            return s ? nb::object(snapshot_to_dict(*s)) : nb::none();
+          },
+          "The newest snapshot, or None before the first pass.")
+      .def(
+          "history",
+          [](const Sampler& self, size_t max) {
+            std::vector<sample::Snapshot> h;
+            {
+              nb::gil_scoped_release release;
+              h = self.history(max);
+            }
+            nb::list out;
+            for (const auto& s : h) out.append(snapshot_to_dict(s));
+            return out;
+          },
+          nb::arg("max") = 0, "The newest max snapshots (all kept when 0), oldest first.")
+      .def_prop_ro("samples_taken", &Sampler::samples_taken)
+      .def_prop_ro("cost_ns_total", &Sampler::cost_ns_total)
+      .def(
+          "__enter__",
+          [](Sampler& self) -> Sampler& {
+            {
+              nb::gil_scoped_release release;
+              self.start();
+            }
+            return self;
+          },
+          nb::rv_policy::reference)
+      .def(
+          "__exit__",
+          [](Sampler& self, nb::handle, nb::handle, nb::handle) {
+            nb::gil_scoped_release release;
+            self.stop();
+          },
+          nb::arg("exc_type").none(), nb::arg("exc").none(), nb::arg("tb").none());
+}
+
 }  // namespace dldoctor::ext
