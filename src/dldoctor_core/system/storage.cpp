@@ -255,7 +255,8 @@ StorageFacts probe_storage(const std::string& path, double max_seconds, int64_t 
     f.read_mb_s = static_cast<double>(p.bytes) / 1e6 / p.seconds;
     f.probe_bytes = p.bytes;
   }
-  f.probe_cached = p.cached;
+  // tmpfs accepts O_DIRECT since Linux 6.6, but its files are page cache: the rate is memory's.
+  f.probe_cached = p.cached || f.fs_type == "tmpfs" || f.fs_type == "ramfs";
   return f;
 }
 
