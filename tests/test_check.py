@@ -252,3 +252,135 @@ def test_parse_size_suffixes():
     for bad in ("", "M", "12X", "-1M", "1i"):
         with pytest.raises(ValueError):
             p(bad)
+
+
+# --- rules at their thresholds (recorded facts: this machine's, with one figure changed) -------
+
+
+def _facts_with(**changes) -> dict:
+    """This machine's facts with `group__key=value` changes applied."""
+    facts = json.loads(json.dumps(_facts.collect(cuda="never")))
+    for name, value in changes.items():
+        group, key = name.split("__")
+        facts.setdefault(group, {})[key] = value
+    return facts
+
+
+def _assume(batch_bytes=1 << 20, workers=2, ranks=1) -> _preflight.Assumptions:
+    return _preflight.Assumptions(ranks, batch_bytes, True, workers, True)
+
+
+def test_shm_thresholds():
+    a = _assume()  # 2 workers x 2 x 1 MiB = 4 MiB in flight
+    need = a.in_flight_bytes
+    at = lambda free: _preflight.check_shm(_facts_with(shm__free_bytes=free), a).status  # noqa: E731
+    assert at(need - 1) == "fail"
+    assert at(need) == "warn"
+    assert at(int(need * _preflight.SHM_MARGIN) - 1) == "warn"
+    assert at(int(need * _preflight.SHM_MARGIN)) == "ok"
+    assert at(None) == "unknown"
+
+
+def test_workers_per_rank_edges():
+    w = _preflight.workers_per_rank
+    assert [w(u, 1) for u in (0.5, 1, 2, 3, 8, 8.9)] == [1, 1, 1, 2, 7, 7]
+    assert [w(16, r) for r in (1, 2, 3, 8, 16)] == [15, 7, 4, 1, 1]
+    at = lambda u: _preflight.check_workers(_facts_with(cpu__usable=u), _assume(workers=1))  # noqa: E731
+    assert at(1.99).status == "warn"  # 1 worker + 1 main on fewer than 2 CPUs
+    assert at(2).status == "ok"
+
+
+def test_fd_limit_thresholds():
+    edge = _preflight.NOFILE_WARN_BELOW
+    at = lambda soft: _preflight.check_fd_limit(  # noqa: E731
+        _facts_with(limits__nofile_soft=soft, limits__nofile_hard=None, limits__open_fds=10)
+    )
+    assert at(edge - 1).status == "warn"
+    assert "ulimit -n" in at(edge - 1).fix and "file_system" in at(edge - 1).fix
+    assert at(edge).status == "ok"
+    facts = _facts_with(limits__nofile_soft=edge, limits__open_fds=edge // 2 + 1)
+    assert _preflight.check_fd_limit(facts).status == "warn"
+
+
+def test_ram_swap_and_pressure_thresholds():
+    gib = _preflight.GIB
+    ram = lambda avail: (
+        _preflight.check_ram(  # noqa: E731
+            _facts_with(
+                memory__total_bytes=10 * gib,
+                memory__available_bytes=avail,
+                memory__cgroup_limit_bytes=None,
+            ),
+            _assume(),
+        ).status
+    )
+    assert ram(gib - 1) == "warn" and ram(gib) == "ok"
+    assert ram(_assume().in_flight_bytes - 1) == "fail"
+    swap = lambda used: (
+        _preflight.check_swap(  # noqa: E731
+            _facts_with(memory__swap_total_bytes=4 * gib, memory__swap_free_bytes=4 * gib - used)
+        ).status
+    )
+    edge = _preflight.SWAP_IN_USE_WARN_BYTES
+    assert swap(edge) == "ok" and swap(edge + 1) == "warn"
+    pressure = lambda v: (
+        _preflight.check_pressure(  # noqa: E731
+            _facts_with(pressure__cpu_some_avg10=v, pressure__io_some_avg10=0.0)
+        ).status
+    )
+    assert pressure(_preflight.PRESSURE_WARN_PCT) == "ok"
+    assert pressure(_preflight.PRESSURE_WARN_PCT + 0.01) == "warn"
+
+
+def test_cgroup_limit_caps_available_memory():
+    gib = _preflight.GIB
+    facts = _facts_with(
+        memory__total_bytes=64 * gib,
+        memory__available_bytes=60 * gib,
+        memory__cgroup_limit_bytes=4 * gib,
+        memory__cgroup_working_set_bytes=int(3.8 * gib),
+    )
+    assert _preflight.effective_memory(facts) == (4 * gib, int(0.2 * gib) + 1)
+    assert _preflight.check_ram(facts, _assume()).status == "warn"
+    c = _preflight.check_cgroup_memory(facts)
+    assert c.status == "warn" and "may use only 4.0 GiB" in c.message
+
+
+def _storage(**s) -> dict:
+    base = {
+        "path": "/data",
+        "mount_point": "/data",
+        "fs_type": "ext4",
+        "source": "/dev/sdb1",
+        "network_fs": False,
+        "block_device": "sdb",
+        "device_numbers": "8:17",
+        "rotational": False,
+        "files": 1000,
+        "bytes": 1 << 30,
+        "count_truncated": False,
+        "read_mb_s": 500.0,
+        "probe_bytes": 1 << 28,
+        "probe_cached": False,
+    }
+    base.update(s)
+    return {**_facts_with(), "storage": base}
+
+
+def test_storage_rules():
+    p = _preflight
+    nfs = p.check_storage_fs(_storage(fs_type="nfs4", source="srv:/x", network_fs=True))
+    assert nfs.status == "warn" and "round trip" in nfs.message and "rsync" in nfs.fix
+    assert p.check_storage_fs(_storage()).status == "ok"
+    spinning = _storage(rotational=True, read_mb_s=p.ROTATIONAL_MAX_MB_S)
+    assert p.check_storage_disk(spinning).status == "warn"
+    virtual = _storage(rotational=True, read_mb_s=p.ROTATIONAL_MAX_MB_S + 1)
+    assert p.check_storage_disk(virtual).status == "ok"
+    slow = p.STORAGE_SLOW_MB_S
+    assert p.check_storage_read(_storage(read_mb_s=slow - 0.1)).status == "warn"
+    assert p.check_storage_read(_storage(read_mb_s=slow)).status == "ok"
+    cached = p.check_storage_read(_storage(read_mb_s=1.0, probe_cached=True))
+    assert cached.status == "ok" and "page cache" in cached.message
+    big_slow = _storage(bytes=1 << 50, read_mb_s=slow - 1)
+    assert p.check_dataset_size(big_slow).status == "warn"
+    assert p.check_dataset_size(_storage(bytes=1 << 50)).status == "ok"

@@ -691,7 +691,17 @@ def check_dataset_size(facts: dict) -> Check:
     total, _ = effective_memory(facts)
     if total is None or size is None:
         return Check("dataset_size", OK, size, "bytes", message)
-    if size < CACHE_FIT_FRACTION * total and not s["count_truncated"]:
+    fits = size < CACHE_FIT_FRACTION * total
+    if fits and s["count_truncated"]:
+        return Check(
+            "dataset_size",
+            OK,
+            size,
+            "bytes",
+            message + f": whether it fits in the page cache (half of {human_bytes(total)} RAM) "
+            "is unknown; raise --max-seconds to count it all",
+        )
+    if fits:
         return Check(
             "dataset_size",
             OK,
