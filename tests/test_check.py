@@ -304,30 +304,31 @@ def test_fd_limit_thresholds():
 
 def test_ram_swap_and_pressure_thresholds():
     gib = _preflight.GIB
-    ram = lambda avail: (
-        _preflight.check_ram(  # noqa: E731
-            _facts_with(
-                memory__total_bytes=10 * gib,
-                memory__available_bytes=avail,
-                memory__cgroup_limit_bytes=None,
-            ),
-            _assume(),
-        ).status
-    )
+
+    def ram(avail):
+        facts = _facts_with(
+            memory__total_bytes=10 * gib,
+            memory__available_bytes=avail,
+            memory__cgroup_limit_bytes=None,
+        )
+        return _preflight.check_ram(facts, _assume()).status
+
     assert ram(gib - 1) == "warn" and ram(gib) == "ok"
     assert ram(_assume().in_flight_bytes - 1) == "fail"
-    swap = lambda used: (
-        _preflight.check_swap(  # noqa: E731
-            _facts_with(memory__swap_total_bytes=4 * gib, memory__swap_free_bytes=4 * gib - used)
-        ).status
-    )
+
+    def swap(used):
+        facts = _facts_with(
+            memory__swap_total_bytes=4 * gib, memory__swap_free_bytes=4 * gib - used
+        )
+        return _preflight.check_swap(facts).status
+
     edge = _preflight.SWAP_IN_USE_WARN_BYTES
     assert swap(edge) == "ok" and swap(edge + 1) == "warn"
-    pressure = lambda v: (
-        _preflight.check_pressure(  # noqa: E731
-            _facts_with(pressure__cpu_some_avg10=v, pressure__io_some_avg10=0.0)
-        ).status
-    )
+
+    def pressure(v):
+        facts = _facts_with(pressure__cpu_some_avg10=v, pressure__io_some_avg10=0.0)
+        return _preflight.check_pressure(facts).status
+
     assert pressure(_preflight.PRESSURE_WARN_PCT) == "ok"
     assert pressure(_preflight.PRESSURE_WARN_PCT + 0.01) == "warn"
 
