@@ -24,8 +24,15 @@ _GPU_DRIVER_PATHS = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/kfd"
 def collect(shm_path: str = "/dev/shm", cuda: str = "auto", **roots: str) -> dict:
     """Every fact: the C++ machine facts (`roots` go to `_ext.collect_facts`) with `python`,
     `torch` and `cuda` added. `cuda`: "auto" (probe when worthwhile, see module doc) or "never"."""
-    from . import _ext
+    try:
+        from . import _ext
+    except ImportError as e:
+        from .errors import DldoctorError
 
+        raise DldoctorError(
+            f"dldoctor's C++ extension is missing ({e}): reinstall with pip install dldoctor "
+            "(or tools/install in a checkout)"
+        ) from None
     facts = dict(_ext.collect_facts(shm_path=shm_path, **roots))
     facts["python"] = {"version": platform.python_version(), "executable": sys.executable}
     facts["torch"] = torch_facts()
@@ -95,7 +102,6 @@ def cuda_facts(mode: str, torch_info: dict) -> dict:
                 {"index": i, "name": name, "total_bytes": int(total), "free_bytes": int(free)}
             )
     except Exception as e:  # a broken driver or torch: the check says so, it does not crash
-        out["reason"] = (
-            f"CUDA could not be queried: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        )
+        first_line = (str(e).splitlines() or [""])[0]
+        out["reason"] = f"CUDA could not be queried: {type(e).__name__}: {first_line}"
     return out

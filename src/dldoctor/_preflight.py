@@ -263,7 +263,7 @@ def check_shm(facts: dict, a: Assumptions) -> Check:
             "bytes",
             f"{path} could not be read (statvfs failed): workers pass batches through it, so a "
             "missing /dev/shm fails every multi-worker loader",
-            "mount a tmpfs on /dev/shm (see `dldoctor check` on a healthy machine for sizes)",
+            _shm_fix(facts, a.in_flight_bytes),
         )
     need = a.in_flight_bytes
     batch = human_bytes(a.batch_bytes) + (
