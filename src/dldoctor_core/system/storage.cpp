@@ -118,7 +118,7 @@ struct Probe {
 };
 
 // Reads one file from the start until EOF, the deadline or the byte bound. Returns bytes read.
-int64_t read_file_for_probe(const std::string& path, char* buf, Clock::time_point deadline,
+int64_t probe_one_file(const std::string& path, char* buf, Clock::time_point deadline,
                             int64_t budget, bool& cached) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
   bool direct = fd >= 0;
@@ -160,7 +160,7 @@ Probe probe_reads(std::vector<Candidate> files, Clock::time_point deadline) {
   auto start = Clock::now();
   for (const auto& f : files) {
     if (Clock::now() >= deadline || p.bytes >= kProbeMaxBytes) break;
-    p.bytes += read_file_for_probe(f.path, buf.get(), deadline, kProbeMaxBytes - p.bytes, p.cached);
+    p.bytes += probe_one_file(f.path, buf.get(), deadline, kProbeMaxBytes - p.bytes, p.cached);
   }
   p.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return p;
