@@ -12,14 +12,14 @@
 namespace dldoctor::analyze {
 
 std::optional<FetchCapacity> fetch_capacity(const LoaderView& l) noexcept {
-  if (!l.fetch_mean_s || !l.step_mean_s || *l.fetch_mean_s <= 0) return std::nullopt;
+  if (!l.fetch_mean_s || !l.demand_step_s || *l.fetch_mean_s <= 0) return std::nullopt;
   FetchCapacity c;
   c.fetch_s = *l.fetch_mean_s;
   c.fetch_processes = l.fetch_processes();
   c.serial = l.config.num_workers == 0;
   c.capacity_bps = c.fetch_processes / c.fetch_s;
   // A consumer step of ~0 (a loop that only iterates) wants batches as fast as possible.
-  c.demand_bps = *l.step_mean_s > 1e-9 ? 1.0 / *l.step_mean_s : 1e9;
+  c.demand_bps = *l.demand_step_s > 1e-9 ? 1.0 / *l.demand_step_s : 1e9;
   return c;
 }
 
@@ -99,7 +99,9 @@ std::string num(double v) {
     std::snprintf(buf, sizeof buf, "%.1f", v);
   else
     std::snprintf(buf, sizeof buf, "%.2g", v);
-  return buf;
+  std::string out = buf;
+  if (out.size() > 2 && out.compare(out.size() - 2, 2, ".0") == 0) out.resize(out.size() - 2);
+  return out;
 }
 
 std::string hot_functions_text(const std::vector<HotFunction>& hot, size_t n) {

@@ -42,7 +42,8 @@ struct FetchCapacity {
   double fetch_s = 0;        ///< mean fetch time of one batch (getitem + collate)
   int fetch_processes = 1;   ///< workers (1: the main process, num_workers=0)
   double capacity_bps = 0;   ///< batches/s the workers can supply
-  double demand_bps = 0;     ///< batches/s the consumer would take if never blocked
+  double demand_bps = 0;     ///< batches/s the consumer would take if never blocked (its
+                             ///< pace over the batches it waited for)
   bool serial = false;       ///< num_workers=0: fetch and step never overlap
   /// The workers cannot keep up (serial loading never overlaps, so it always counts).
   bool short_of_demand() const noexcept {

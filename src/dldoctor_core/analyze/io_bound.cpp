@@ -45,7 +45,8 @@ void rule_io_bound(const JobView& job, std::vector<report::Finding>& out) {
     // Without run-queue delay, more workers than CPUs could also explain off-CPU time.
     const bool contention_unknown = !l.fetchers.runq_delay_pct && !job.all_workers.runq_delay_pct;
     const bool may_be_contention =
-        contention_unknown && usable && job.total_workers && *job.total_workers > *usable;
+        contention_unknown &&
+        (!usable || !job.total_workers || double(*job.total_workers) > *usable);
 
     const std::optional<double> reads = l.fetchers.read_bytes_per_s;
     const std::optional<double> rchar = l.fetchers.rchar_per_s;
@@ -136,13 +137,13 @@ void rule_io_bound(const JobView& job, std::vector<report::Finding>& out) {
             (from_storage ? " (" + mb(*reads) + " MB/s from the device" +
                                 (rchar ? " of " + mb(*rchar) + " MB/s read" : std::string()) + ")"
                           : std::string()) +
-            " instead of computing. This is the opposite of too_many_workers: there workers "
-            "compute and more of them than cores only queue for a CPU; here waiting workers "
-            "do not compete for CPU, so extra workers, even more than cores, overlap their "
-            "waits, and faster or cached storage shortens each wait.";
+            " instead of computing. This is the opposite of too_many_workers, where workers "
+            "compute and more of them than cores only queue for a CPU: here the workers wait "
+            "instead of computing, so more workers than cores overlap those waits without "
+            "competing for CPU, and faster or cached storage shortens each wait.";
     if (may_be_contention)
-      f.why += " Run-queue delay could not be read and the workers outnumber the CPUs, so "
-               "part of the off-CPU time may be queueing for a CPU.";
+      f.why += " Run-queue delay could not be read and the workers may outnumber the CPUs, "
+               "so part of the off-CPU time may be queueing for a CPU.";
     out.push_back(std::move(f));
   }
 }

@@ -72,6 +72,10 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
     s.stepped = 1;
     s.wait_ns = wait;
     s.step_ns = e.v[1];
+    if (double(wait) >= kWaitedBatchShare * double(wait + e.v[1]) && wait > 0) {
+      s.waited = 1;
+      s.waited_step_ns = e.v[1];
+    }
   } else {
     s.first_wait_ns = wait;
   }

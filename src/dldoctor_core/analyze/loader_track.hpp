@@ -33,17 +33,24 @@ struct LoaderConfig {
   bool custom_collate() const noexcept { return flags & trace::kCustomCollate; }
 };
 
+/// A batch counts as waited for when its wait is at least this share of its loop time
+/// (wait + step): the same cut as the data-stall gate, applied to one batch.
+inline constexpr double kWaitedBatchShare = 0.05;
+
 /// Sums over the main process's batches.
 struct MainSums {
   int64_t batches = 0;   ///< handed out
   int64_t stepped = 0;   ///< batches with a known consumer step (not an epoch's first)
   int64_t wait_ns = 0;   ///< blocked time of the stepped batches
   int64_t step_ns = 0;   ///< consumer time of the stepped batches
+  int64_t waited = 0;         ///< stepped batches the consumer waited for (kWaitedBatchShare)
+  int64_t waited_step_ns = 0; ///< consumer time of those: its pace while the loader lagged
   int64_t first_wait_ns = 0;  ///< blocked time of epochs' first batches (worker startup)
   int64_t pin_ns = 0;
   int64_t pinned = 0;
   MainSums& operator+=(const MainSums& o) noexcept {
     batches += o.batches; stepped += o.stepped; wait_ns += o.wait_ns; step_ns += o.step_ns;
+    waited += o.waited; waited_step_ns += o.waited_step_ns;
     first_wait_ns += o.first_wait_ns; pin_ns += o.pin_ns; pinned += o.pinned;
     return *this;
   }

@@ -212,6 +212,9 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
       l.wait_mean_s = double(m.wait_ns) / 1e9 / double(m.stepped);
       l.step_mean_s = double(m.step_ns) / 1e9 / double(m.stepped);
       l.batches_per_s = double(m.stepped) / (double(loop_ns) / 1e9);
+      l.demand_step_s = m.waited >= kMinSteadyBatches
+                            ? double(m.waited_step_ns) / 1e9 / double(m.waited)
+                            : *l.step_mean_s;
     }
     l.worker_batches = ws.batches;
     if (ws.batches > 0) {

@@ -74,7 +74,8 @@ void rule_slow_getitem(const JobView& job, std::vector<report::Finding>& out) {
     }
     f.why = "The main process waits " + num(stall * 100) +
             "% of the loop for batches while the workers " +
-            (s->busy ? "compute for " + num(*s->busy * 100) + "% of each fetch"
+            (s->busy ? "are busy on a CPU (running or queued for one) for " +
+                           num(*s->busy * 100) + "% of each fetch"
                      : std::string("fetch without a break (their CPU time was not measured)")) +
             ", " + num((1.0 - collate) * 100) +
             "% of it in __getitem__: the loader is limited by the CPU cost of preparing "

@@ -32,6 +32,11 @@ struct LoaderView {
   std::optional<double> data_stall_fraction;
   std::optional<double> wait_mean_s;     ///< per stepped batch
   std::optional<double> step_mean_s;     ///< the consumer's own time per batch
+  /// The consumer's time per batch over the batches it waited for (kMinSteadyBatches of
+  /// them at least), else step_mean_s: its pace while the loader lagged. A run with a fast
+  /// phase and a slow one averages to a pace the workers could match, though they could
+  /// not in the phase that stalled.
+  std::optional<double> demand_step_s;
   std::optional<double> batches_per_s;   ///< what the loop achieved
   int64_t worker_batches = 0;            ///< fetched in the window
   std::optional<double> fetch_mean_s;    ///< per batch, getitem + collate

@@ -1,0 +1,241 @@
+// The Session as a stream: the recent window names a steady bottleneck within 15 s and
+// forgets it when it goes, the whole run remembers; loader summaries, verdict order,
+// bounded state under a long fast stream, and ingest racing findings().
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "analyze_sim.hpp"
+#include "dldoctor_core/analyze/verdict.hpp"
+
+namespace dldoctor::analyze {
+namespace {
+
+using namespace sim;
+
+Loader slow_getitem_loader() {
+  Loader l;
+  l.num_workers = 2;
+  l.fetch_ms = 100;
+  l.on_cpu = 0.95;
+  l.step_ms = 20;
+  return l;
+}
+
+TEST(AnalyzeStreaming, SteadyBottleneckIsNamedWithin15Seconds) {
+  Session s;
+  s.set_facts(facts(8));
+  Loader l = slow_getitem_loader();
+  // Events and passes arrive second by second, as from the drain and sampler threads.
+  std::string named_at;
+  for (int sec = 0; sec < 15; ++sec) {
+    feed(s, l, kT0 + sec * kS, 1, sec == 0);
+    feed_passes(s, kT0 + sec * kS, 1, procs(l, 30.0, 95.0, 1.0, 3.0));
+    if (named_at.empty() &&
+        Session::verdict(s.findings(kT0 + (sec + 1) * kS, Window::kRecent)) == "slow_getitem")
+      named_at = std::to_string(sec + 1);
+  }
+  EXPECT_FALSE(named_at.empty());
+  auto fs = s.findings(kT0 + 15 * kS, Window::kRecent);
+  ASSERT_FALSE(fs.empty());
+  EXPECT_EQ(fs[0].id, "slow_getitem");
+  EXPECT_EQ(*num(fs[0], "recommended_num_workers"), 6);
+  // now_ns = 0 means "the newest time seen".
+  EXPECT_EQ(Session::verdict(s.findings(0, Window::kRecent)), "slow_getitem");
+}
+
+TEST(AnalyzeStreaming, RecentWindowForgetsAFixedBottleneckTheWholeRunDoesNot) {
+  Session s;
+  s.set_facts(facts(8));
+  Loader l = slow_getitem_loader();
+  int64_t t = feed(s, l, kT0, 15);
+  feed_passes(s, kT0, 15, procs(l, 30.0, 95.0, 1.0, 3.0));
+  // The consumer slows down (say, a bigger model): the same loader now keeps up.
+  Loader later = l;
+  later.step_ms = 200;
+  const int64_t t1 = t + 1 * kS;
+  t = feed(s, later, t1, 15, false);
+  feed_passes(s, t1, 15, procs(later, 30.0, 45.0, 1.0, 3.0));
+  EXPECT_EQ(Session::verdict(s.findings(t, Window::kRecent)), "healthy");
+  auto whole = s.findings(t, Window::kWholeRun);
+  EXPECT_EQ(Session::verdict(whole), "slow_getitem");
+}
+
+TEST(AnalyzeStreaming, RecentWindowCoversTheLastTenSeconds) {
+  Session s;
+  s.set_facts(facts(8));
+  Loader l = slow_getitem_loader();
+  feed(s, l, kT0, 30);
+  const JobView v = s.view(kT0 + 30 * kS, Window::kRecent);
+  ASSERT_EQ(v.loaders.size(), 1u);
+  // 20 batches/s for 10 s (give or take the seconds at the window's edges).
+  EXPECT_NEAR(double(v.loaders[0].batches), 200, 25);
+  EXPECT_NEAR(*v.loaders[0].data_stall_fraction, 0.6, 1e-6);
+  const JobView w = s.view(0, Window::kWholeRun);
+  EXPECT_NEAR(double(w.loaders[0].batches), 600, 5);
+}
+
+TEST(AnalyzeStreaming, AnIdleLoaderDropsOutOfTheRecentWindow) {
+  Session s;
+  s.set_facts(facts(8));
+  Loader val = slow_getitem_loader();
+  val.id = 1;
+  val.worker_pid0 = 3000;
+  feed(s, val, kT0, 5);
+  Loader train;
+  const int64_t t = feed(s, train, kT0 + 6 * kS, 20);
+  const JobView v = s.view(t, Window::kRecent);
+  ASSERT_EQ(v.loaders.size(), 1u);
+  EXPECT_EQ(v.loaders[0].loader, 0);
+  EXPECT_TRUE(s.findings(t, Window::kRecent).empty());
+  EXPECT_EQ(s.view(t, Window::kWholeRun).loaders.size(), 2u);
+}
+
+TEST(AnalyzeSession, LoaderSummaryCarriesConfigWorkersAndEpochs) {
+  Session s;
+  s.set_facts(facts(8));
+  Loader l = slow_getitem_loader();
+  l.flags = trace::kPinMemory | trace::kPersistentWorkers | trace::kInOrder;
+  feed(s, l, kT0, 5);
+  s.ingest(event(trace::EventKind::kIterEnd, l.main_pid, kT0 + 5 * kS, 0, -1, -1, 0, 0));
+  l.fetch_ms = 250;  // the second epoch's first batch takes longer
+  feed(s, l, kT0 + 6 * kS, 5);
+  feed_passes(s, kT0, 11, procs(l, 30.0, 95.0, 2.0, 3.0, 1e6, 2e6));
+  auto sums = s.loaders();
+  ASSERT_EQ(sums.size(), 1u);
+  const LoaderSummary& x = sums[0];
+  EXPECT_EQ(x.id, 0);
+  EXPECT_TRUE(x.config.known);
+  EXPECT_EQ(x.config.num_workers, 2);
+  EXPECT_EQ(*x.config.batch_size, 32);
+  EXPECT_EQ(*x.config.prefetch_factor, 2);
+  EXPECT_TRUE(x.config.pin_memory());
+  EXPECT_TRUE(x.config.persistent_workers());
+  EXPECT_EQ(x.config.main_pid, 1000);
+  EXPECT_EQ(x.config.start_method, trace::StartMethod::kFork);
+  EXPECT_EQ(x.epochs, 2);
+  EXPECT_GT(x.batches, 100);
+  ASSERT_EQ(x.first_batch_latency_ms_per_epoch.size(), 2u);
+  EXPECT_NEAR(x.first_batch_latency_ms_per_epoch[0], 100, 1e-6);
+  EXPECT_NEAR(x.first_batch_latency_ms_per_epoch[1], 250, 1e-6);
+  EXPECT_NEAR(*x.first_batch_latency_ms, 100, 1e-6);
+  EXPECT_EQ(x.worker_pids, (std::vector<int>{2000, 2001}));
+  ASSERT_EQ(x.workers.size(), 2u);
+  EXPECT_EQ(x.workers[0].worker, 0);
+  EXPECT_EQ(x.workers[0].pid, 2000);
+  EXPECT_GT(x.workers[0].batches, 40);
+  EXPECT_TRUE(x.workers[0].fetch_mean_ms);
+  EXPECT_TRUE(x.workers[1].fetch_recent_p50_ms);
+  EXPECT_NEAR(*x.worker_cpu_pct, 95, 1e-9);
+  EXPECT_NEAR(*x.runq_delay_pct, 2, 1e-9);
+  EXPECT_NEAR(*x.read_mb_per_s, 2, 1e-6);  // 2 workers x 1 MB/s
+  EXPECT_TRUE(x.data_stall_pct);
+  EXPECT_TRUE(x.batches_per_s);
+  EXPECT_TRUE(x.getitem_p50_ms && x.getitem_p99_ms && x.collate_p50_ms);
+  EXPECT_FALSE(x.pin_memory_ms);  // the events said n/a
+}
+
+TEST(AnalyzeSession, UnknownConfigInfersWorkersFromEvents) {
+  Session t;  // worker batches without the iterator's and workers' start events
+  for (int i = 0; i < 30; ++i)
+    t.ingest(event(trace::EventKind::kWorkerBatch, 2000 + i % 3, kT0 + i * 10 * kMs, 0, i % 3, i,
+                   32, 10 * kMs, kMs, 9 * kMs, -1));
+  auto sums = t.loaders();
+  ASSERT_EQ(sums.size(), 1u);
+  EXPECT_FALSE(sums[0].config.known);
+  EXPECT_EQ(sums[0].config.num_workers, 3);
+  EXPECT_EQ(*t.view(0, Window::kWholeRun).total_workers, 3);
+}
+
+TEST(AnalyzeSession, DeadWorkersStopCounting) {
+  Session s;
+  Loader l = slow_getitem_loader();
+  l.num_workers = 4;
+  feed(s, l, kT0, 2);
+  for (int w = 0; w < 4; ++w)
+    s.ingest(event(trace::EventKind::kWorkerDied, l.main_pid, kT0 + 2 * kS, 0, w, -1, 0, 0, 9));
+  // A new epoch with fresh workers: never more than 4 at once.
+  Loader next = l;
+  next.worker_pid0 = 5000;
+  feed(s, next, kT0 + 3 * kS, 2);
+  EXPECT_EQ(*s.view(0, Window::kWholeRun).total_workers, 4);
+  EXPECT_EQ(s.loaders()[0].worker_deaths, 4);
+}
+
+TEST(AnalyzeSession, HotFunctionsAreCumulativeAndSorted) {
+  Session s;
+  s.add_hot_functions(0, {{"a", "x.py:1", 10, 1}, {"b", "x.py:2", 20, 2}});
+  s.add_hot_functions(0, {{"a", "x.py:1", 50, 5}});
+  Loader l = slow_getitem_loader();
+  feed(s, l, kT0, 2);
+  const JobView v = s.view(0, Window::kWholeRun);
+  ASSERT_EQ(v.loaders.at(0).hot_functions.size(), 2u);
+  EXPECT_EQ(v.loaders[0].hot_functions[0].name, "a");
+  EXPECT_EQ(v.loaders[0].hot_functions[0].cumulative_ms, 50);
+}
+
+TEST(AnalyzeSession, LongFastStreamKeepsBoundedStateAndExactTotals) {
+  Session s;
+  s.set_facts(facts(2));
+  Loader l;
+  l.num_workers = 1;
+  l.fetch_ms = 0.2;
+  l.collate_ms = 0.05;
+  l.step_ms = 0.1;  // 5,000 batches/s, the tiny-batch worst case
+  const int64_t end = feed(s, l, kT0, 40);  // 200,000 batches
+  const auto sums = s.loaders();
+  EXPECT_NEAR(double(sums[0].batches), 200000, 10);
+  EXPECT_NEAR(*sums[0].data_stall_pct, 50, 0.5);
+  const JobView v = s.view(end, Window::kRecent);
+  EXPECT_NEAR(double(v.loaders[0].batches), 52500, 3000);  // 10 to 11 whole seconds
+  EXPECT_NEAR(*v.loaders[0].getitem_p50_ms, 0.15 / 32, 1e-3);
+  EXPECT_NEAR(double(s.events()), 400002, 20);
+}
+
+TEST(AnalyzeSession, IngestRacesFindings) {
+  Session s;
+  s.set_facts(facts(8));
+  Loader l = slow_getitem_loader();
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done.load()) {
+      auto fs = s.findings(0, Window::kRecent);
+      (void)Session::verdict(fs);
+      (void)s.loaders();
+    }
+  });
+  for (int sec = 0; sec < 20; ++sec) {
+    feed(s, l, kT0 + sec * kS, 1, sec == 0);
+    feed_passes(s, kT0 + sec * kS, 1, procs(l, 30.0, 95.0, 1.0, 3.0));
+  }
+  done = true;
+  reader.join();
+  EXPECT_EQ(Session::verdict(s.findings(0, Window::kWholeRun)), "slow_getitem");
+}
+
+TEST(AnalyzeVerdict, CriticalFirstThenScore) {
+  std::vector<report::Finding> fs(4);
+  fs[0].id = "main_process_bound";
+  fs[0].severity = report::Severity::kInfo;
+  fs[0].score = 1;
+  fs[1].id = "slow_getitem";
+  fs[1].severity = report::Severity::kWarning;
+  fs[1].score = 0.9;
+  fs[2].id = "io_bound";
+  fs[2].severity = report::Severity::kCritical;
+  fs[2].score = 0.2;
+  fs[3].id = "slow_collate";
+  fs[3].severity = report::Severity::kCritical;
+  fs[3].score = 0.5;
+  EXPECT_EQ(Session::verdict(fs), "slow_collate");
+  order_findings(fs);
+  EXPECT_EQ(sim::ids(fs), (std::vector<std::string>{"slow_collate", "io_bound", "slow_getitem",
+                                                    "main_process_bound"}));
+  EXPECT_EQ(Session::verdict({fs[1]}), "io_bound");
+  EXPECT_EQ(Session::verdict({fs[2], fs[3]}), "healthy");
+  EXPECT_EQ(Session::verdict({}), "healthy");
+}
+
+}  // namespace
+}  // namespace dldoctor::analyze
