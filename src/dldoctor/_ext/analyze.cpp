@@ -1,10 +1,469 @@
-// Glue for dldoctor_core/analyze.
+// Glue for dldoctor_core/analyze: the Analyzer (an analyze::Session fed from Python) and the
+// conversions of analyze_convert.hpp.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "analyze_convert.hpp"
+#include "dldoctor_core/common/error.hpp"
 #include "register.hpp"
 
 namespace nb = nanobind;
 
 namespace dldoctor::ext {
-void register_analyze(nb::module_& m) { (void)m; }
+
+namespace {
+
+std::string py_type_name(nb::handle v) {
+  return nb::cast<std::string>(nb::type_name(v.type()));
+}
+
+/// d[key], or None when d is not a dict, the key is missing or the value is None.
+nb::object field(nb::handle d, const char* key) {
+  if (!d.is_valid() || d.is_none() || !nb::isinstance<nb::dict>(d)) return nb::none();
+  nb::dict dd = nb::borrow<nb::dict>(d);
+  if (!dd.contains(key)) return nb::none();
+  return dd[key];
+}
+
+std::optional<double> opt_double(nb::handle d, const char* key, const char* what) {
+  nb::object v = field(d, key);
+  if (v.is_none()) return std::nullopt;
+  double x;
+  if (nb::try_cast(v, x)) return std::isfinite(x) ? std::optional<double>(x) : std::nullopt;
+  throw Error(std::string(what) + " field '" + key + "' must be a number or None, got " +
+              py_type_name(v));
+}
+
+std::optional<int64_t> opt_int(nb::handle d, const char* key, const char* what) {
+  nb::object v = field(d, key);
+  if (v.is_none()) return std::nullopt;
+  int64_t x;
+  if (nb::try_cast(v, x)) return x;
+  double f;
+  if (nb::try_cast(v, f) && std::isfinite(f)) return int64_t(f);
+  throw Error(std::string(what) + " field '" + key + "' must be an integer or None, got " +
+              py_type_name(v));
+}
+
+std::optional<bool> opt_bool(nb::handle d, const char* key, const char* what) {
+  nb::object v = field(d, key);
+  if (v.is_none()) return std::nullopt;
+  bool b;
+  if (nb::try_cast(v, b)) return b;
+  if (auto i = opt_int(d, key, what)) return *i != 0;
+  return std::nullopt;
+}
+
+std::string opt_str(nb::handle d, const char* key) {
+  nb::object v = field(d, key);
+  if (v.is_none()) return {};
+  std::string s;
+  if (nb::try_cast(v, s)) return s;
+  return nb::cast<std::string>(nb::str(v));
+}
+
+int64_t to_int(nb::handle v, const char* what) {
+  int64_t x;
+  if (nb::try_cast(v, x)) return x;
+  try {
+    return nb::cast<int64_t>(nb::int_(v));  // IntEnum and other __index__ types
+  } catch (const std::exception&) {
+    throw Error(std::string("event field ") + what + " must be an integer, got " + py_type_name(v));
+  }
+}
+
+template <class T>
+nb::object py(const std::optional<T>& v) {
+  return v ? nb::cast(*v) : nb::none();
+}
+
+const char* start_method_name(trace::StartMethod m) {
+  switch (m) {
+    case trace::StartMethod::kFork: return "fork";
+    case trace::StartMethod::kSpawn: return "spawn";
+    case trace::StartMethod::kForkserver: return "forkserver";
+    default: return nullptr;
+  }
+}
+
+report::Severity severity_from(const std::string& s) {
+  if (s == "critical") return report::Severity::kCritical;
+  if (s == "warning") return report::Severity::kWarning;
+  return report::Severity::kInfo;
+}
+
+}  // namespace
+
+// --- out -------------------------------------------------------------------------------------
+
+nb::dict finding_to_dict(const report::Finding& f) {
+  nb::dict d;
+  d["id"] = f.id;
+  d["severity"] = report::severity_name(f.severity);
+  d["title"] = f.title;
+  nb::dict ev;
+  for (const report::Evidence& e : f.evidence) {
+    if (const double* x = std::get_if<double>(&e.value))
+      ev[e.name.c_str()] = std::isfinite(*x) ? nb::cast(*x) : nb::none();
+    else
+      ev[e.name.c_str()] = std::get<std::string>(e.value);
+  }
+  d["evidence"] = ev;
+  d["fix"] = f.fix;
+  d["why"] = f.why;
+  d["loader"] = f.loader >= 0 ? nb::cast(f.loader) : nb::none();
+  d["score"] = f.score;
+  return d;
+}
+
+nb::list findings_to_list(const std::vector<report::Finding>& findings) {
+  nb::list out;
+  for (const report::Finding& f : findings) out.append(finding_to_dict(f));
+  return out;
+}
+
+report::Finding finding_from_dict(nb::handle d) {
+  if (!nb::isinstance<nb::dict>(d))
+    throw Error("a finding must be a dict with 'id' and 'severity', got " + py_type_name(d));
+  report::Finding f;
+  f.id = opt_str(d, "id");
+  f.severity = severity_from(opt_str(d, "severity"));
+  f.score = opt_double(d, "score", "finding").value_or(0);
+  f.loader = int(opt_int(d, "loader", "finding").value_or(-1));
+  return f;
+}
+
+nb::dict loader_summary_to_dict(const analyze::LoaderSummary& s) {
+  const analyze::LoaderConfig& c = s.config;
+  nb::dict d;
+  d["id"] = s.id;
+  d["config_known"] = c.known;
+  d["num_workers"] = c.num_workers;
+  d["batch_size"] = py(c.batch_size);
+  d["prefetch_factor"] = py(c.prefetch_factor);
+  d["pin_memory"] = c.known ? nb::cast(c.pin_memory()) : nb::none();
+  d["persistent_workers"] = c.known ? nb::cast(c.persistent_workers()) : nb::none();
+  d["in_order"] = c.known ? nb::cast(c.in_order()) : nb::none();
+  d["drop_last"] = c.known ? nb::cast(c.drop_last()) : nb::none();
+  d["custom_collate"] = c.known ? nb::cast(c.custom_collate()) : nb::none();
+  d["dataset_kind"] = c.known ? nb::cast(c.iterable_dataset() ? "iterable" : "map") : nb::none();
+  const char* sm = start_method_name(c.start_method);
+  d["start_method"] = sm ? nb::cast(sm) : nb::none();
+  d["timeout_ms"] = py(c.timeout_ms);
+  d["main_pid"] = c.main_pid > 0 ? nb::cast(c.main_pid) : nb::none();
+  d["epochs"] = s.epochs;
+  d["batches"] = s.batches;
+  d["batches_per_s"] = py(s.batches_per_s);
+  d["data_stall_pct"] = py(s.data_stall_pct);
+  d["getitem_p50_ms"] = py(s.getitem_p50_ms);
+  d["getitem_p99_ms"] = py(s.getitem_p99_ms);
+  d["collate_p50_ms"] = py(s.collate_p50_ms);
+  d["fetch_p50_ms"] = py(s.fetch_p50_ms);
+  d["consumer_step_ms"] = py(s.consumer_step_ms);
+  d["pin_memory_ms"] = py(s.pin_memory_ms);
+  d["batch_bytes"] = py(s.batch_bytes);
+  d["worker_on_cpu_fraction"] = py(s.worker_on_cpu_fraction);
+  d["worker_cpu_pct"] = py(s.worker_cpu_pct);
+  d["runq_delay_pct"] = py(s.runq_delay_pct);
+  d["read_mb_s"] = py(s.read_mb_per_s);
+  nb::list pids;
+  for (int p : s.worker_pids) pids.append(p);
+  d["worker_pids"] = pids;
+  nb::list workers;
+  for (const analyze::WorkerSummary& w : s.workers) {
+    nb::dict wd;
+    wd["worker"] = w.worker;
+    wd["pid"] = w.pid > 0 ? nb::cast(w.pid) : nb::none();
+    wd["batches"] = w.batches;
+    wd["fetch_mean_ms"] = py(w.fetch_mean_ms);
+    wd["fetch_recent_p50_ms"] = py(w.fetch_recent_p50_ms);
+    wd["on_cpu_fraction"] = py(w.on_cpu_fraction);
+    workers.append(wd);
+  }
+  d["workers"] = workers;
+  d["first_batch_latency_ms"] = py(s.first_batch_latency_ms);
+  nb::list per_epoch;
+  for (double ms : s.first_batch_latency_ms_per_epoch) per_epoch.append(ms);
+  d["first_batch_latency_ms_per_epoch"] = per_epoch;
+  d["worker_exceptions"] = s.worker_exceptions;
+  d["worker_deaths"] = s.worker_deaths;
+  return d;
+}
+
+nb::list loader_summaries_to_list(const std::vector<analyze::LoaderSummary>& loaders) {
+  nb::list out;
+  for (const analyze::LoaderSummary& s : loaders) out.append(loader_summary_to_dict(s));
+  return out;
+}
+
+// --- in --------------------------------------------------------------------------------------
+
+system::Facts facts_from_dict(nb::handle d) {
+  if (!d.is_none() && !nb::isinstance<nb::dict>(d))
+    throw Error("facts must be the dict collect_facts() returns, got " + py_type_name(d));
+  const char* w = "facts";
+  system::Facts f;
+  nb::object cpu = field(d, "cpu");
+  if (auto v = opt_int(cpu, "online", w)) f.cpu.online = int(*v);
+  if (auto v = opt_int(cpu, "affinity", w)) f.cpu.affinity = int(*v);
+  f.cpu.cgroup_quota = opt_double(cpu, "cgroup_quota", w);
+  if (auto v = opt_int(cpu, "physical_cores", w)) f.cpu.physical_cores = int(*v);
+  f.cpu.usable = opt_double(cpu, "usable", w);
+  f.cpu.quota_source = opt_str(cpu, "quota_source");
+  nb::object mem = field(d, "memory");
+  f.memory.total_bytes = opt_int(mem, "total_bytes", w);
+  f.memory.available_bytes = opt_int(mem, "available_bytes", w);
+  f.memory.swap_total_bytes = opt_int(mem, "swap_total_bytes", w);
+  f.memory.swap_free_bytes = opt_int(mem, "swap_free_bytes", w);
+  f.memory.cgroup_limit_bytes = opt_int(mem, "cgroup_limit_bytes", w);
+  f.memory.cgroup_usage_bytes = opt_int(mem, "cgroup_usage_bytes", w);
+  f.memory.cgroup_working_set_bytes = opt_int(mem, "cgroup_working_set_bytes", w);
+  f.memory.cgroup_source = opt_str(mem, "cgroup_source");
+  nb::object shm = field(d, "shm");
+  if (auto p = opt_str(shm, "path"); !p.empty()) f.shm.path = p;
+  f.shm.total_bytes = opt_int(shm, "total_bytes", w);
+  f.shm.free_bytes = opt_int(shm, "free_bytes", w);
+  f.shm.fs_type = opt_str(shm, "fs_type");
+  f.shm.options = opt_str(shm, "options");
+  nb::object lim = field(d, "limits");
+  f.limits.nofile_soft = opt_int(lim, "nofile_soft", w);
+  f.limits.nofile_hard = opt_int(lim, "nofile_hard", w);
+  f.limits.memlock_soft = opt_int(lim, "memlock_soft", w);
+  f.limits.memlock_hard = opt_int(lim, "memlock_hard", w);
+  f.limits.open_fds = opt_int(lim, "open_fds", w);
+  nb::object cont = field(d, "container");
+  f.in_container = opt_bool(cont, "in_container", w);
+  f.container_kind = opt_str(cont, "kind");
+  nb::object pr = field(d, "pressure");
+  f.cpu_pressure_some_avg10 = opt_double(pr, "cpu_some_avg10", w);
+  f.io_pressure_some_avg10 = opt_double(pr, "io_some_avg10", w);
+  f.mem_pressure_some_avg10 = opt_double(pr, "memory_some_avg10", w);
+  f.cgroup_version = opt_str(d, "cgroup_version");
+  return f;
+}
+
+system::StorageFacts storage_from_dict(nb::handle d) {
+  if (!nb::isinstance<nb::dict>(d))
+    throw Error("storage must be the dict probe_storage() returns, got " + py_type_name(d));
+  const char* w = "storage";
+  system::StorageFacts s;
+  s.path = opt_str(d, "path");
+  s.mount_point = opt_str(d, "mount_point");
+  s.fs_type = opt_str(d, "fs_type");
+  s.source = opt_str(d, "source");
+  s.network_fs = opt_bool(d, "network_fs", w).value_or(false);
+  s.block_device = opt_str(d, "block_device");
+  s.device_numbers = opt_str(d, "device_numbers");
+  s.rotational = opt_bool(d, "rotational", w);
+  s.files = opt_int(d, "files", w);
+  s.bytes = opt_int(d, "bytes", w);
+  s.count_truncated = opt_bool(d, "count_truncated", w).value_or(false);
+  s.read_mb_s = opt_double(d, "read_mb_s", w);
+  s.probe_bytes = opt_int(d, "probe_bytes", w);
+  s.probe_cached = opt_bool(d, "probe_cached", w).value_or(false);
+  return s;
+}
+
+trace::Event event_from_tuple(nb::handle t) {
+  if (!(nb::isinstance<nb::tuple>(t) || nb::isinstance<nb::list>(t)) || nb::len(t) != 12)
+    throw Error("an event must be the 12-tuple (kind, pid, t_ns, flags, loader, worker, index, "
+                "count, v0, v1, v2, v3), got " +
+                (nb::isinstance<nb::tuple>(t) || nb::isinstance<nb::list>(t)
+                     ? "a sequence of " + std::to_string(nb::len(t))
+                     : py_type_name(t)));
+  static constexpr const char* kNames[] = {"kind",  "pid",   "t_ns", "flags", "loader", "worker",
+                                           "index", "count", "v0",   "v1",    "v2",     "v3"};
+  int64_t x[12];
+  for (size_t i = 0; i < 12; ++i) x[i] = to_int(t[i], kNames[i]);
+  trace::Event e;
+  e.kind = trace::EventKind(uint8_t(x[0]));
+  e.pid = uint32_t(x[1]);
+  e.t_ns = x[2];
+  e.flags = uint8_t(x[3]);
+  e.loader = uint16_t(x[4]);
+  e.worker = int16_t(x[5]);
+  e.index = int32_t(x[6]);
+  e.count = uint32_t(x[7]);
+  for (int i = 0; i < 4; ++i) e.v[i] = x[8 + i];
+  return e;
+}
+
+sample::Snapshot snapshot_from_dict(nb::handle d) {
+  if (!nb::isinstance<nb::dict>(d))
+    throw Error("a snapshot must be a dict with 't_ns', 'machine' and 'processes', got " +
+                py_type_name(d));
+  const char* w = "snapshot";
+  sample::Snapshot s;
+  s.t_ns = opt_int(d, "t_ns", w).value_or(0);
+  s.cost_ns = opt_int(d, "cost_ns", w).value_or(0);
+  if (auto q = opt_int(d, "seq", w)) s.seq = uint64_t(*q);
+  nb::object m = field(d, "machine");
+  s.machine.cpu_busy_pct = opt_double(m, "cpu_busy_pct", w);
+  s.machine.mem_available_bytes = opt_int(m, "mem_available_bytes", w);
+  s.machine.swap_in_per_s = opt_double(m, "swap_in_per_s", w);
+  s.machine.swap_out_per_s = opt_double(m, "swap_out_per_s", w);
+  s.machine.cpu_pressure_some = opt_double(m, "cpu_pressure_some", w);
+  s.machine.io_pressure_some = opt_double(m, "io_pressure_some", w);
+  s.machine.mem_pressure_some = opt_double(m, "mem_pressure_some", w);
+  s.machine.shm_used_bytes = opt_int(m, "shm_used_bytes", w);
+  s.machine.shm_total_bytes = opt_int(m, "shm_total_bytes", w);
+  nb::object procs = field(d, "processes");
+  if (procs.is_none()) return s;
+  if (!nb::isinstance<nb::list>(procs) && !nb::isinstance<nb::tuple>(procs))
+    throw Error("snapshot field 'processes' must be a list of dicts, got " + py_type_name(procs));
+  for (nb::handle p : procs) {
+    if (!nb::isinstance<nb::dict>(p))
+      throw Error("snapshot process must be a dict, got " + py_type_name(p));
+    sample::ProcessSample x;
+    x.pid = int(opt_int(p, "pid", w).value_or(0));
+    x.ppid = int(opt_int(p, "ppid", w).value_or(0));
+    const std::string state = opt_str(p, "state");
+    x.state = state.empty() ? '?' : state[0];
+    x.comm = opt_str(p, "comm");
+    x.num_threads = int(opt_int(p, "num_threads", w).value_or(0));
+    x.cpu_pct = opt_double(p, "cpu_pct", w);
+    x.runq_delay_pct = opt_double(p, "runq_delay_pct", w);
+    x.voluntary_cs_per_s = opt_double(p, "voluntary_cs_per_s", w);
+    x.involuntary_cs_per_s = opt_double(p, "involuntary_cs_per_s", w);
+    x.rss_bytes = opt_int(p, "rss_bytes", w);
+    x.pss_bytes = opt_int(p, "pss_bytes", w);
+    x.private_dirty_bytes = opt_int(p, "private_dirty_bytes", w);
+    x.read_bytes_per_s = opt_double(p, "read_bytes_per_s", w);
+    x.rchar_per_s = opt_double(p, "rchar_per_s", w);
+    x.read_bytes_total = opt_int(p, "read_bytes_total", w);
+    x.rchar_total = opt_int(p, "rchar_total", w);
+    x.cpu_ns_total = opt_int(p, "cpu_ns_total", w);
+    x.open_fds = opt_int(p, "open_fds", w);
+    x.wchan = opt_str(p, "wchan");
+    nb::object threads = field(p, "threads");
+    if (nb::isinstance<nb::list>(threads) || nb::isinstance<nb::tuple>(threads)) {
+      for (nb::handle th : threads) {
+        sample::ThreadSample t;
+        t.tid = int(opt_int(th, "tid", w).value_or(0));
+        const std::string ts = opt_str(th, "state");
+        t.state = ts.empty() ? '?' : ts[0];
+        t.comm = opt_str(th, "comm");
+        t.cpu_pct = opt_double(th, "cpu_pct", w);
+        t.runq_delay_pct = opt_double(th, "runq_delay_pct", w);
+        x.threads.push_back(std::move(t));
+      }
+    }
+    s.processes.push_back(std::move(x));
+  }
+  return s;
+}
+
+analyze::HotFunction hot_function_from_dict(nb::handle d) {
+  if (!nb::isinstance<nb::dict>(d))
+    throw Error("a hot function must be a dict with 'name' and 'cumulative_ms', got " +
+                py_type_name(d));
+  const char* w = "hot function";
+  analyze::HotFunction h;
+  h.name = opt_str(d, "name");
+  if (h.name.empty()) h.name = opt_str(d, "function");
+  h.location = opt_str(d, "location");
+  if (h.location.empty()) {
+    h.location = opt_str(d, "file");
+    if (auto line = opt_int(d, "line", w); line && !h.location.empty())
+      h.location += ":" + std::to_string(*line);
+  }
+  auto ms = opt_double(d, "cumulative_ms", w);
+  if (!ms) ms = opt_double(d, "cum_ms", w);
+  if (!ms) ms = opt_double(d, "ms", w);
+  h.cumulative_ms = ms.value_or(0);
+  h.calls = opt_int(d, "calls", w).value_or(0);
+  return h;
+}
+
+// --- the Analyzer ----------------------------------------------------------------------------
+
+void register_analyze(nb::module_& m) {
+  using analyze::Session;
+  nb::class_<Session>(m, "Analyzer",
+                      "The streaming analyzer of one job: feed it events and sampler passes, "
+                      "ask for findings over the last ~10 s or the whole run.")
+      .def(nb::init<>())
+      .def(
+          "set_facts_dict",
+          [](Session& s, nb::handle d) {
+            s.set_facts(facts_from_dict(d));
+            if (nb::object st = field(d, "storage"); !st.is_none())
+              s.set_data_storage(storage_from_dict(st));
+          },
+          nb::arg("facts"),
+          "Machine facts as collect_facts() returns them (missing keys are unknown); a "
+          "'storage' key (probe_storage()'s dict) also sets the data storage.")
+      .def(
+          "set_data_storage_dict",
+          [](Session& s, nb::handle d) { s.set_data_storage(storage_from_dict(d)); },
+          nb::arg("storage"), "The storage behind the dataset, as probe_storage() returns it.")
+      .def(
+          "ingest_event", [](Session& s, nb::handle t) { s.ingest(event_from_tuple(t)); },
+          nb::arg("event"),
+          "One event: (kind, pid, t_ns, flags, loader, worker, index, count, v0, v1, v2, v3).")
+      .def(
+          "ingest_events",
+          [](Session& s, nb::handle events) {
+            for (nb::handle t : events) s.ingest(event_from_tuple(t));
+          },
+          nb::arg("events"), "Many events (an iterable of 12-tuples).")
+      .def(
+          "ingest_snapshot", [](Session& s, nb::handle d) { s.ingest(snapshot_from_dict(d)); },
+          nb::arg("snapshot"), "One sampler pass as a dict (None = unknown).")
+      .def("note_worker_pid", &Session::note_worker_pid, nb::arg("loader"), nb::arg("worker"),
+           nb::arg("pid"), nb::arg("t_ns") = 0,
+           "Registers pid as worker `worker` of `loader` (kWorkerStart events do this).")
+      .def(
+          "add_hot_functions",
+          [](Session& s, int loader, nb::handle functions) {
+            if (loader < 0 || loader > 0xFFFF) throw Error("loader must be 0..65535");
+            std::vector<analyze::HotFunction> hot;
+            for (nb::handle h : functions) hot.push_back(hot_function_from_dict(h));
+            s.add_hot_functions(uint16_t(loader), std::move(hot));
+          },
+          nb::arg("loader"), nb::arg("functions"),
+          "Hot functions of a loader's __getitem__: dicts with name, location (or file and "
+          "line), cumulative_ms, calls. Figures are cumulative: a repeat replaces them.")
+      .def(
+          "findings",
+          [](const Session& s, int64_t now_ns, bool whole_run) {
+            std::vector<report::Finding> fs;
+            {
+              nb::gil_scoped_release release;
+              fs = s.findings(now_ns, whole_run ? analyze::Window::kWholeRun
+                                                : analyze::Window::kRecent);
+            }
+            return findings_to_list(fs);
+          },
+          nb::arg("now_ns") = 0, nb::arg("whole_run") = true,
+          "Findings as dicts, most important first: over the whole run, or (whole_run=False) "
+          "over the ~10 s before now_ns (0: the newest time seen).")
+      .def(
+          "verdict",
+          [](const Session&, nb::handle findings) {
+            std::vector<report::Finding> fs;
+            for (nb::handle f : findings) fs.push_back(finding_from_dict(f));
+            return Session::verdict(fs);
+          },
+          nb::arg("findings"),
+          "The id of the most important critical finding, else 'healthy'.")
+      .def(
+          "loaders",
+          [](const Session& s) {
+            std::vector<analyze::LoaderSummary> ls;
+            {
+              nb::gil_scoped_release release;
+              ls = s.loaders();
+            }
+            return loader_summaries_to_list(ls);
+          },
+          "Per-loader whole-run figures as dicts, by loader id.")
+      .def_prop_ro("latest_ns", &Session::latest_ns, "Newest timestamp seen (0: none).")
+      .def_prop_ro("events", &Session::events, "Events ingested so far.");
+}
+
 }  // namespace dldoctor::ext

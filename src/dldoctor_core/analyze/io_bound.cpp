@@ -74,7 +74,8 @@ void rule_io_bound(const JobView& job, std::vector<report::Finding>& out) {
     if (job.data_storage) {
       if (!job.data_storage->fs_type.empty()) f.add("data_fs_type", job.data_storage->fs_type);
       f.add("data_network_fs", network ? 1.0 : 0.0);
-      if (job.data_storage->read_mb_s) f.add("data_read_probe_mb_per_s", *job.data_storage->read_mb_s);
+      if (job.data_storage->read_mb_s)
+        f.add("data_read_probe_mb_per_s", *job.data_storage->read_mb_s);
     }
 
     // Workers: enough to overlap the waits, bounded by the CPUs their compute share needs.
@@ -88,7 +89,8 @@ void rule_io_bound(const JobView& job, std::vector<report::Finding>& out) {
     std::vector<std::string> fixes;
     if (want > now) {
       f.add("recommended_num_workers", double(want));
-      std::string w = "Set num_workers=" + std::to_string(want) + " (now " + std::to_string(now) + ")";
+      std::string w =
+          "Set num_workers=" + std::to_string(want) + " (now " + std::to_string(now) + ")";
       if (usable && want > *usable)
         w += ": more workers than the " + num(*usable) +
              " usable CPUs is right here, because each computes only " + num(on_cpu * 100) +

@@ -43,7 +43,7 @@ class ProcessTrack {
  public:
   static constexpr int64_t kKeepNs = 20'000'000'000;  ///< passes kept: the 10 s window, twice
   static constexpr size_t kKeepPasses = 512;          ///< and at most this many
-  static constexpr size_t kMaxPids = 16384;           ///< per-pid sums kept (new pids beyond are ignored)
+  static constexpr size_t kMaxPids = 16384;  ///< per-pid sums kept; new pids beyond are ignored
 
   void ingest(const sample::Snapshot& s);
 

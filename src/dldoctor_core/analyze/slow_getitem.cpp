@@ -46,7 +46,8 @@ void rule_slow_getitem(const JobView& job, std::vector<report::Finding>& out) {
     f.loader = l.loader;
     f.score = stall * (1.0 - collate);
     f.title = "Loader " + std::to_string(l.loader) + ": __getitem__ is too slow for the loop (" +
-              std::to_string(c.fetch_processes) + (c.serial ? " process supplies " : " workers supply ") +
+              std::to_string(c.fetch_processes) +
+              (c.serial ? " process supplies " : " workers supply ") +
               num(c.capacity_bps) + " batches/s, the loop wants " + num(c.demand_bps) + ")";
     add_fetch_evidence(f, job, l, *s);
     if (!l.hot_functions.empty()) f.add("hot_functions", hot_functions_text(l.hot_functions));
