@@ -256,10 +256,10 @@ TEST(AnalyzeSlowGetitem, TooFewIdleCoresCapTheCountAndAskForCheaperWork) {
 
 TEST(AnalyzeSlowGetitem, NoIdleCoresNamesTheHotFunctionOffline) {
   Loader l = cpu_bound(1);
-  std::vector<HotFunction> hot = {{"__getitem__", "ds.py:40", 5000, 100},
-                                  {"Compose.__call__", "transforms.py:95", 4500, 100},
-                                  {"resize", "ds.py:12", 4000, 100},
-                                  {"decode", "ds.py:10", 300, 100}};
+  std::vector<HotFunction> hot = {{"Photos.__getitem__", "ds.py:40", 5000, 50.0, 100},
+                                  {"Compose.__call__", "transforms.py:95", 4500, 1.0, 100},
+                                  {"resize", "ds.py:12", 4000, 3900.0, 100},
+                                  {"decode", "ds.py:10", 300, 290.0, 100}};
   auto r = run(l, procs(l, 30.0, 95.0, 1.0, 3.0), 2, {}, hot);
   ASSERT_EQ(Session::verdict(r->whole), "slow_getitem");
   const report::Finding& f = r->whole[0];
@@ -488,11 +488,17 @@ TEST(AnalyzeUnknowns, NoEventsNoFindings) {
 
 // --- helpers --------------------------------------------------------------------------------
 
-TEST(AnalyzeCapacity, HotStepSkipsWrappers) {
-  std::vector<HotFunction> hot = {{"__getitem__", "", 10, 1}, {"Compose.__call__", "", 9, 1},
-                                  {"decode_jpeg", "", 8, 1}};
+TEST(AnalyzeCapacity, HotStepSkipsWrappersAndSmallSteps) {
+  std::vector<HotFunction> hot = {{"__getitem__", "", 10, 0.1, 1},
+                                  {"Compose.__call__", "", 9, 0.1, 1},
+                                  {"decode_jpeg", "", 8, 8.0, 1}};
   ASSERT_NE(hottest_step(hot), nullptr);
   EXPECT_EQ(hottest_step(hot)->name, "decode_jpeg");
+  // The work is in __getitem__'s own loop: every other step is under kHotStepShare.
+  std::vector<HotFunction> own = {{"Rows.__getitem__", "ds.py:9", 100, 95.0, 1},
+                                  {"helper", "ds.py:20", 19, 19.0, 1}};
+  EXPECT_EQ(hottest_step(own)->name, "Rows.__getitem__");
+  EXPECT_EQ(hottest_step({}), nullptr);
   EXPECT_NE(hot_step_advice("decode_jpeg").find("draft"), std::string::npos);
   EXPECT_NE(hot_step_advice("resize").find("training size"), std::string::npos);
   EXPECT_EQ(workers_for(50, 0.1), 6);

@@ -163,16 +163,53 @@ TEST(AnalyzeSession, DeadWorkersStopCounting) {
   EXPECT_EQ(s.loaders()[0].worker_deaths, 4);
 }
 
-TEST(AnalyzeSession, HotFunctionsAreCumulativeAndSorted) {
+TEST(AnalyzeSession, HotFunctionsAddUpOverProfilesAndSortHottestFirst) {
   Session s;
-  s.add_hot_functions(0, {{"a", "x.py:1", 10, 1}, {"b", "x.py:2", 20, 2}});
-  s.add_hot_functions(0, {{"a", "x.py:1", 50, 5}});
+  s.add_hot_functions(0, {{"a", "x.py:1", 10, 4.0, 1}, {"b", "x.py:2", 20, std::nullopt, 2}});
+  s.add_hot_functions(0, {{"a", "x.py:1", 50, 6.0, 5}, {"a", "y.py:1", 1, std::nullopt, 1}});
   Loader l = slow_getitem_loader();
   feed(s, l, kT0, 2);
   const JobView v = s.view(0, Window::kWholeRun);
-  ASSERT_EQ(v.loaders.at(0).hot_functions.size(), 2u);
-  EXPECT_EQ(v.loaders[0].hot_functions[0].name, "a");
-  EXPECT_EQ(v.loaders[0].hot_functions[0].cumulative_ms, 50);
+  const auto& hot = v.loaders.at(0).hot_functions;
+  ASSERT_EQ(hot.size(), 3u);
+  EXPECT_EQ(hot[0].name, "a");
+  EXPECT_EQ(hot[0].location, "x.py:1");
+  EXPECT_EQ(hot[0].cumulative_ms, 60);
+  EXPECT_EQ(*hot[0].self_ms, 10);
+  EXPECT_EQ(hot[0].calls, 6);
+  EXPECT_EQ(hot[1].name, "b");
+}
+
+TEST(AnalyzeSession, ProfiledFetchesCountButAreNotTimed) {
+  Session s;
+  for (int i = 0; i < 10; ++i) {
+    const bool profiled = i == 3;
+    s.ingest(event(trace::EventKind::kWorkerBatch, 2000, kT0 + i * 100 * kMs, 1, 0, i, 32,
+                   (profiled ? 200 : 10) * kMs, kMs, 9 * kMs, -1, profiled ? kProfiledFetch : 0));
+  }
+  const JobView v = s.view(0, Window::kWholeRun);
+  ASSERT_EQ(v.loaders.size(), 1u);
+  EXPECT_EQ(v.loaders[0].worker_batches, 10);
+  EXPECT_NEAR(*v.loaders[0].fetch_mean_s, 0.010, 1e-9);
+  const auto sums = s.loaders();
+  EXPECT_EQ(sums[0].workers.at(0).batches, 10);
+  EXPECT_NEAR(*sums[0].workers[0].fetch_mean_ms, 10, 1e-9);
+}
+
+TEST(AnalyzeSession, WorkerDiedNamesThePid) {
+  Session s;
+  Loader l = slow_getitem_loader();
+  feed(s, l, kT0, 2);  // epoch 1: workers 0 and 1 are pids 2000 and 2001
+  s.ingest(event(trace::EventKind::kWorkerExit, 2000, kT0 + 2 * kS, 0, 0, -1, 0, 0));
+  Loader next = l;
+  next.worker_pid0 = 5000;  // epoch 2: the same worker ids, new pids
+  feed(s, next, kT0 + 3 * kS, 20);
+  // The death of epoch 1's worker 1 is seen late; its pid says which process it was.
+  s.ingest(event(trace::EventKind::kWorkerDied, l.main_pid, kT0 + 3500 * kMs, 0, 1, -1, 0, -1,
+                 9, 2001));
+  const JobView v = s.view(kT0 + 23 * kS, Window::kRecent);
+  EXPECT_EQ(*v.total_workers, 2);
+  EXPECT_EQ(v.loaders.at(0).worker_pids, (std::vector<int>{5000, 5001}));
 }
 
 TEST(AnalyzeSession, LongFastStreamKeepsBoundedStateAndExactTotals) {

@@ -375,6 +375,7 @@ analyze::HotFunction hot_function_from_dict(nb::handle d) {
   if (!ms) ms = opt_double(d, "cum_ms", w);
   if (!ms) ms = opt_double(d, "ms", w);
   h.cumulative_ms = ms.value_or(0);
+  h.self_ms = opt_double(d, "self_ms", w);
   h.calls = opt_int(d, "calls", w).value_or(0);
   return h;
 }
@@ -426,8 +427,8 @@ void register_analyze(nb::module_& m) {
             s.add_hot_functions(uint16_t(loader), std::move(hot));
           },
           nb::arg("loader"), nb::arg("functions"),
-          "Hot functions of a loader's __getitem__: dicts with name, location (or file and "
-          "line), cumulative_ms, calls. Figures are cumulative: a repeat replaces them.")
+          "Hot functions of a loader's fetch from sampled profiles: dicts with name, location "
+          "(or file and line), cumulative_ms, self_ms, calls. Figures add up over calls.")
       .def(
           "findings",
           [](const Session& s, int64_t now_ns, bool whole_run) {

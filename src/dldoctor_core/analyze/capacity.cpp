@@ -133,7 +133,11 @@ const HotFunction* hottest_step(const std::vector<HotFunction>& hot) noexcept {
   static constexpr const char* kWrappers[] = {"__getitem__", "__getitems__", "__call__",
                                               "fetch", "_call_impl", "forward", "<lambda>",
                                               "<listcomp>", "<genexpr>", "wrapper", "<module>"};
+  double total = 0;
+  for (const HotFunction& h : hot) total = std::max(total, h.cumulative_ms);
+  if (total <= 0) return nullptr;
   for (const HotFunction& h : hot) {  // hot is hottest first
+    if (h.cumulative_ms < kHotStepShare * total) break;
     bool wrapper = false;
     for (const char* w : kWrappers) {
       const std::string_view n(h.name), ws(w);
@@ -143,7 +147,10 @@ const HotFunction* hottest_step(const std::vector<HotFunction>& hot) noexcept {
     }
     if (!wrapper) return &h;
   }
-  return nullptr;
+  const HotFunction* most_self = nullptr;
+  for (const HotFunction& h : hot)
+    if (h.self_ms && (!most_self || *h.self_ms > *most_self->self_ms)) most_self = &h;
+  return most_self;
 }
 
 std::string hot_step_advice(const std::string& name) {

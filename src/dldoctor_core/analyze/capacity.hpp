@@ -86,8 +86,15 @@ int workers_for(double demand_bps, double fetch_s) noexcept;
 /// "name (file:line) 3.1 ms/call, 1240 ms in 400 calls; ..." for the hottest `n`.
 std::string hot_functions_text(const std::vector<HotFunction>& hot, size_t n = 3);
 
+/// A step of the fetch is named only when it takes at least this share of the profiled
+/// time (the largest cumulative figure, the fetch itself); a smaller one would not move the
+/// total when made cheaper.
+inline constexpr double kHotStepShare = 0.2;
+
 /// The hottest function that is a real step, not a wrapper whose cumulative time is all of
-/// __getitem__ (__getitem__ itself, Compose.__call__, fetch ...); null when none.
+/// the fetch (__getitem__, Compose.__call__, forward ...): the first by cumulative time
+/// with kHotStepShare of the total; else the one with the most self time (the work is in
+/// __getitem__'s own code); null when nothing is known.
 const HotFunction* hottest_step(const std::vector<HotFunction>& hot) noexcept;
 
 /// How to make one hot step of __getitem__ cheaper, by what its name says it does.

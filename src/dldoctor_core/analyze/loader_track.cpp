@@ -31,14 +31,18 @@ void LoaderTrack::on_worker_batch(const trace::Event& e) noexcept {
   // A collate longer than the fetch it is part of is a clock glitch: clamp, never negative.
   const int64_t collate = std::clamp<int64_t>(e.v[1], 0, fetch);
   const bool cpu_known = e.v[2] >= 0;
+  const bool timed = !(e.flags & kProfiledFetch);
   WorkerSums s;
   s.batches = 1;
-  s.samples = e.count;
-  s.fetch_ns = fetch;
-  s.collate_ns = collate;
-  if (cpu_known) {
-    s.cpu_ns = std::min(e.v[2], fetch);  // one thread cannot run longer than the wall time
-    s.cpu_fetch_ns = fetch;
+  if (timed) {
+    s.timed = 1;
+    s.samples = e.count;
+    s.fetch_ns = fetch;
+    s.collate_ns = collate;
+    if (cpu_known) {
+      s.cpu_ns = std::min(e.v[2], fetch);  // one thread cannot run longer than the wall time
+      s.cpu_fetch_ns = fetch;
+    }
   }
   if (e.v[3] >= 0) {
     s.bytes = e.v[3];
@@ -47,13 +51,14 @@ void LoaderTrack::on_worker_batch(const trace::Event& e) noexcept {
   worker_total_ += s;
   const int64_t t_end = e.t_ns + fetch;
   if (WorkerSums* b = worker_recent_.at(t_end)) *b += s;
-  WorkerBatchRecord rec{t_end, fetch, collate, e.count};
-  recent_batches_.push(rec);
-  reservoir_.push(rec);
-
   WorkerTrack& w = workers_[e.worker];
   if (e.pid) w.pid = int(e.pid);
   ++w.batches;
+  if (!timed) return;
+  WorkerBatchRecord rec{t_end, fetch, collate, e.count};
+  recent_batches_.push(rec);
+  reservoir_.push(rec);
+  ++w.timed;
   w.fetch_ns += fetch;
   if (cpu_known) {
     w.cpu_ns += s.cpu_ns;

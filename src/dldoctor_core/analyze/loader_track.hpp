@@ -33,6 +33,11 @@ struct LoaderConfig {
   bool custom_collate() const noexcept { return flags & trace::kCustomCollate; }
 };
 
+/// Bit of Event::flags on kWorkerBatch: the fetch ran under the sampling profiler and is
+/// about twice as slow as usual (torch_hooks.B_PROFILED). Such batches count, but their
+/// times would skew every fetch figure, so they are left out of them.
+inline constexpr uint8_t kProfiledFetch = 1 << 0;
+
 /// A batch counts as waited for when its wait is at least this share of its loop time
 /// (wait + step): the same cut as the data-stall gate, applied to one batch.
 inline constexpr double kWaitedBatchShare = 0.05;
@@ -58,8 +63,9 @@ struct MainSums {
 
 /// Sums over the workers' batches.
 struct WorkerSums {
-  int64_t batches = 0;
-  int64_t samples = 0;
+  int64_t batches = 0;         ///< all batches, profiled ones included
+  int64_t timed = 0;           ///< batches whose times are in the sums below
+  int64_t samples = 0;         ///< of the timed batches
   int64_t fetch_ns = 0;
   int64_t collate_ns = 0;
   int64_t cpu_ns = 0;          ///< of the batches whose thread CPU time is known
@@ -67,7 +73,7 @@ struct WorkerSums {
   int64_t bytes = 0;
   int64_t bytes_batches = 0;   ///< batches whose tensor bytes are known
   WorkerSums& operator+=(const WorkerSums& o) noexcept {
-    batches += o.batches; samples += o.samples; fetch_ns += o.fetch_ns;
+    batches += o.batches; timed += o.timed; samples += o.samples; fetch_ns += o.fetch_ns;
     collate_ns += o.collate_ns; cpu_ns += o.cpu_ns; cpu_fetch_ns += o.cpu_fetch_ns;
     bytes += o.bytes; bytes_batches += o.bytes_batches;
     return *this;
@@ -94,6 +100,7 @@ struct EpochRecord {
 struct WorkerTrack {
   int pid = 0;
   int64_t batches = 0;
+  int64_t timed = 0;  ///< batches in fetch_ns (profiled fetches are not)
   int64_t fetch_ns = 0;
   int64_t cpu_ns = 0;
   int64_t cpu_fetch_ns = 0;

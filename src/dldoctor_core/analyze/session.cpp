@@ -71,12 +71,17 @@ void Session::ingest(const trace::Event& e) noexcept {
       break;
     case trace::EventKind::kWorkerDied: {
       l.on_worker_died();
-      // Written by the main process: the dead worker is the newest pid of that id.
+      // Written by the main process, with the dead worker's pid in v[2] when it knew it;
+      // else the dead worker is the newest pid of that id.
       WorkerPid* newest = nullptr;
-      for (auto& [pid, w] : worker_pids_)
-        if (w.loader == e.loader && w.worker == e.worker && !w.exited &&
-            (!newest || w.first_ns > newest->first_ns))
-          newest = &w;
+      if (auto it = worker_pids_.find(int(e.v[2])); e.v[2] > 0 && it != worker_pids_.end()) {
+        newest = &it->second;
+      } else {
+        for (auto& [pid, w] : worker_pids_)
+          if (w.loader == e.loader && w.worker == e.worker && !w.exited &&
+              (!newest || w.first_ns > newest->first_ns))
+            newest = &w;
+      }
       if (newest) {
         newest->exited = true;
         newest->last_ns = std::max(newest->last_ns, e.t_ns);
@@ -106,10 +111,13 @@ void Session::add_hot_functions(uint16_t loader, std::vector<HotFunction> functi
     auto it = std::find_if(hot.begin(), hot.end(), [&](const HotFunction& o) {
       return o.name == h.name && o.location == h.location;
     });
-    if (it != hot.end())
-      *it = std::move(h);
-    else if (hot.size() < 256)  // a profile names a few dozen functions; bound it anyway
+    if (it != hot.end()) {
+      it->cumulative_ms += h.cumulative_ms;
+      it->calls += h.calls;
+      if (h.self_ms) it->self_ms = it->self_ms.value_or(0) + *h.self_ms;
+    } else if (hot.size() < 256) {  // a profile names a few dozen functions; bound it anyway
       hot.push_back(std::move(h));
+    }
   }
   std::stable_sort(hot.begin(), hot.end(), [](const HotFunction& a, const HotFunction& b) {
     return a.cumulative_ms > b.cumulative_ms;
@@ -217,13 +225,13 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
                             : *l.step_mean_s;
     }
     l.worker_batches = ws.batches;
-    if (ws.batches > 0) {
-      any_worker_batches = any_worker_batches || l.config.num_workers > 0;
-      l.fetch_mean_s = double(ws.fetch_ns) / 1e9 / double(ws.batches);
+    if (ws.batches > 0) any_worker_batches = any_worker_batches || l.config.num_workers > 0;
+    if (ws.timed > 0) {
+      l.fetch_mean_s = double(ws.fetch_ns) / 1e9 / double(ws.timed);
       if (ws.fetch_ns > 0) l.collate_share = double(ws.collate_ns) / double(ws.fetch_ns);
       if (ws.cpu_fetch_ns > 0)
         l.on_cpu_fraction = std::min(1.0, double(ws.cpu_ns) / double(ws.cpu_fetch_ns));
-      if (ws.samples > 0) l.samples_per_batch = double(ws.samples) / double(ws.batches);
+      if (ws.samples > 0) l.samples_per_batch = double(ws.samples) / double(ws.timed);
       if (ws.bytes_batches > 0) l.batch_bytes_mean = double(ws.bytes) / double(ws.bytes_batches);
       Percentiles p = percentiles(track.worker_batches_since(from));
       l.getitem_p50_ms = p.getitem_p50_ms;
@@ -305,7 +313,7 @@ std::vector<LoaderSummary> Session::loaders() const {
       w.worker = wid;
       w.pid = wt.pid;
       w.batches = wt.batches;
-      if (wt.batches > 0) w.fetch_mean_ms = double(wt.fetch_ns) / 1e6 / double(wt.batches);
+      if (wt.timed > 0) w.fetch_mean_ms = double(wt.fetch_ns) / 1e6 / double(wt.timed);
       if (wt.cpu_fetch_ns > 0)
         w.on_cpu_fraction = std::min(1.0, double(wt.cpu_ns) / double(wt.cpu_fetch_ns));
       std::vector<double> recent;

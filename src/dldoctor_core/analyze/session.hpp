@@ -81,8 +81,8 @@ class Session {
   void ingest(const sample::Snapshot& s);
   /// Registers `pid` as worker `worker` of `loader` (kWorkerStart does this itself).
   void note_worker_pid(uint16_t loader, int worker, int pid, int64_t t_ns);
-  /// Hot functions of a loader's __getitem__ from sampled profiles. Figures are cumulative:
-  /// a later call for the same function (name and location) replaces its figures.
+  /// Hot functions of a loader's fetch from one or more sampled profiles. Figures add up
+  /// over calls (each call brings new profiles), per function (name and location).
   void add_hot_functions(uint16_t loader, std::vector<HotFunction> functions);
 
   /// Findings over `w`, most important first. now_ns = 0: the newest time seen.

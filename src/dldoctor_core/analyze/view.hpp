@@ -14,12 +14,13 @@
 
 namespace dldoctor::analyze {
 
-/// A hot function from sampled profiles of __getitem__ (read by the Python side).
+/// A hot function from sampled profiles of the fetch (read by the Python side).
 struct HotFunction {
-  std::string name;          ///< e.g. "resize"
-  std::string location;      ///< "file.py:123" ("" unknown)
-  double cumulative_ms = 0;  ///< total time in it, callees included
-  int64_t calls = 0;         ///< 0 unknown
+  std::string name;              ///< e.g. "resize", "Dataset.__getitem__" (qualified name)
+  std::string location;          ///< "file.py:123" ("" unknown, e.g. a builtin)
+  double cumulative_ms = 0;      ///< time in it, callees included
+  std::optional<double> self_ms; ///< time in its own code
+  int64_t calls = 0;             ///< 0 unknown
 };
 
 /// One loader over one window.
