@@ -924,14 +924,15 @@ def _make_try_get_data(orig):
         st = _iters.get(id(self))
         if st is not None:
             st.wait_ns += _monotonic_ns() - t
-            if r[0]:
-                try:
-                    idx = r[1][0]
-                    st.got_idx = idx
-                    info = self._task_info.get(idx)
-                    st.got_worker = info[0] if info else -1
-                except Exception:
-                    pass
+            # No try/except here: it could swallow the worker-death error that PyTorch's
+            # SIGCHLD handler raises between any two bytecodes of the main thread.
+            data = r[1] if r[0] else None
+            if data.__class__ is tuple and len(data) == 2 and data[0].__class__ is int:
+                idx = data[0]
+                st.got_idx = idx
+                tasks = getattr(self, "_task_info", None)
+                info = tasks.get(idx) if tasks.__class__ is dict else None
+                st.got_worker = info[0] if info else -1
         return r
 
     return _try_get_data
