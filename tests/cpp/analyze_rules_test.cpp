@@ -104,6 +104,20 @@ TEST(AnalyzeStall, TooFewBatchesAreNotJudged) {
   EXPECT_EQ(Session::verdict(s.findings(0, Window::kWholeRun)), "slow_getitem");
 }
 
+TEST(AnalyzeStall, FlipsAtMinimumLoopTime) {
+  Loader l;
+  l.num_workers = 1;
+  l.fetch_ms = 100;
+  l.step_ms = 20;  // wait 80 ms: every stepped batch is 100 ms of loop
+  l.jitter = 0;
+  for (auto [seconds, verdict] : {std::pair{2.0, "healthy"}, std::pair{2.2, "slow_getitem"}}) {
+    Session s;  // 19 stepped batches (1.9 s of loop), then 21 (2.1 s)
+    s.set_facts(facts(8));
+    feed(s, l, kT0, seconds);
+    EXPECT_EQ(Session::verdict(s.findings(0, Window::kRecent)), verdict) << seconds;
+  }
+}
+
 // --- too_many_workers -------------------------------------------------------------------
 
 Loader oversubscribed(double on_cpu = 0.3) {

@@ -104,6 +104,10 @@ std::string num(double v) {
   return out;
 }
 
+std::string count_of(double n, const std::string& noun) {
+  return num(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 std::string hot_functions_text(const std::vector<HotFunction>& hot, size_t n) {
   std::string out;
   for (size_t i = 0; i < hot.size() && i < n; ++i) {

@@ -103,4 +103,7 @@ std::string hot_step_advice(const std::string& name);
 /// "%.3g"-style number for plain sentences.
 std::string num(double v);
 
+/// "1 worker" / "3 workers": a count and a noun, plural when the count is not one.
+std::string count_of(double n, const std::string& noun);
+
 }  // namespace dldoctor::analyze

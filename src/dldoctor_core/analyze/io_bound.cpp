@@ -92,8 +92,8 @@ void rule_io_bound(const JobView& job, std::vector<report::Finding>& out) {
       std::string w =
           "Set num_workers=" + std::to_string(want) + " (now " + std::to_string(now) + ")";
       if (usable && want > *usable)
-        w += ": more workers than the " + num(*usable) +
-             " usable CPUs is right here, because each computes only " + num(on_cpu * 100) +
+        w += ": more workers than the " + count_of(*usable, "usable CPU") +
+             " is right here, because each computes only " + num(on_cpu * 100) +
              "% of the time";
       fixes.push_back(w);
     }

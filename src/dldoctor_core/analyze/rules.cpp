@@ -5,14 +5,19 @@
 
 namespace dldoctor::analyze {
 
-bool stalled(const LoaderView& l) noexcept {
+namespace {
+bool judged(const LoaderView& l) noexcept {
   return l.stepped_batches >= kMinSteadyBatches && l.data_stall_fraction &&
-         *l.data_stall_fraction >= kDataStallFraction;
+         l.loop_s >= kMinJudgedLoopS;
+}
+}  // namespace
+
+bool stalled(const LoaderView& l) noexcept {
+  return judged(l) && *l.data_stall_fraction >= kDataStallFraction;
 }
 
 bool keeps_up(const LoaderView& l) noexcept {
-  return l.stepped_batches >= kMinSteadyBatches && l.data_stall_fraction &&
-         *l.data_stall_fraction < kDataStallFraction;
+  return judged(l) && *l.data_stall_fraction < kDataStallFraction;
 }
 
 std::vector<report::Finding> run_rules(const JobView& job) {

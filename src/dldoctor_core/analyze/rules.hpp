@@ -21,6 +21,11 @@ inline constexpr double kDataStallFraction = 0.05;
 /// first batches of an epoch are still warming up (page cache, allocator, JIT).
 inline constexpr int64_t kMinSteadyBatches = 5;
 
+/// Loop time (wait + step) a window needs before it is judged: a shorter one is a start-up
+/// transient (workers still filling their prefetch queues, a cold page cache), and a
+/// streaming verdict named from it would cry wolf.
+inline constexpr double kMinJudgedLoopS = 2.0;
+
 /// Enough batches to judge, and the loop waits on the loader at least kDataStallFraction.
 bool stalled(const LoaderView& l) noexcept;
 /// Enough batches to judge, and the loop waits on the loader less than kDataStallFraction.

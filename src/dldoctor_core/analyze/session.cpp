@@ -215,6 +215,7 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
     l.batches = m.batches;
     l.stepped_batches = m.stepped;
     const int64_t loop_ns = m.wait_ns + m.step_ns;
+    l.loop_s = double(loop_ns) / 1e9;
     if (m.stepped > 0 && loop_ns > 0) {
       l.data_stall_fraction = double(m.wait_ns) / double(loop_ns);
       l.wait_mean_s = double(m.wait_ns) / 1e9 / double(m.stepped);

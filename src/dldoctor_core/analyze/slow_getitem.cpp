@@ -46,8 +46,9 @@ void rule_slow_getitem(const JobView& job, std::vector<report::Finding>& out) {
     f.loader = l.loader;
     f.score = stall * (1.0 - collate);
     f.title = "Loader " + std::to_string(l.loader) + ": __getitem__ is too slow for the loop (" +
-              std::to_string(c.fetch_processes) +
-              (c.serial ? " process supplies " : " workers supply ") +
+              (c.serial ? std::string("the main process supplies ")
+                        : count_of(c.fetch_processes, "worker") +
+                              (c.fetch_processes == 1 ? " supplies " : " supply ")) +
               num(c.capacity_bps) + " batches/s, the loop wants " + num(c.demand_bps) + ")";
     add_fetch_evidence(f, job, l, *s);
     if (!l.hot_functions.empty()) f.add("hot_functions", hot_functions_text(l.hot_functions));
@@ -62,7 +63,8 @@ void rule_slow_getitem(const JobView& job, std::vector<report::Finding>& out) {
                 "): " + std::to_string(needed) + " workers at " + num(c.fetch_s * 1e3) +
                 " ms per batch supply " + num(needed / c.fetch_s) +
                 " batches/s, above the loop's " + num(c.demand_bps) + ", and " +
-                num(*ceiling - now) + " CPUs are idle.";
+                count_of(*ceiling - now, "CPU") + (*ceiling - now == 1 ? " is" : " are") +
+                " idle.";
       } else {
         f.add("recommended_num_workers", double(*ceiling));
         f.fix = "Set num_workers=" + std::to_string(*ceiling) + " (now " + std::to_string(now) +

@@ -88,7 +88,7 @@ void rule_too_many_workers(const JobView& job, std::vector<report::Finding>& out
   const double queued = o->runq_delay_pct ? std::min(1.0, *o->runq_delay_pct / 100.0) : 0.5;
   f.score = stall * queued;
   f.title = std::to_string(o->total_workers) + " DataLoader workers share " +
-            num(o->usable_cpus) + " usable CPUs" +
+            count_of(o->usable_cpus, "usable CPU") +
             (o->proven ? ": they queue for a CPU instead of working"
                        : " (contention could not be measured)");
   f.add("data_stall_fraction", stall);
@@ -109,7 +109,7 @@ void rule_too_many_workers(const JobView& job, std::vector<report::Finding>& out
   if (recommended_one > 0) f.add("recommended_num_workers", double(recommended_one));
   f.fix = std::move(fix);
   f.why = std::to_string(o->total_workers) + " worker processes compete for " +
-          num(o->usable_cpus) + " usable CPUs (affinity and cgroup quota)" +
+          count_of(o->usable_cpus, "usable CPU") + " (affinity and cgroup quota)" +
           (o->runq_delay_pct ? ", so each waits " + num(*o->runq_delay_pct) +
                                    "% of its time in the run queue"
                              : std::string()) +

@@ -29,6 +29,7 @@ struct LoaderView {
   LoaderConfig config;
   int64_t batches = 0;            ///< handed to the consumer in the window
   int64_t stepped_batches = 0;    ///< of those, with a measured consumer step
+  double loop_s = 0;              ///< wait + step of the stepped batches
   /// wait / (wait + step) over stepped batches: the share of the loop spent waiting.
   std::optional<double> data_stall_fraction;
   std::optional<double> wait_mean_s;     ///< per stepped batch
