@@ -700,6 +700,7 @@ TEST(WatchdogCheck, OncePerStallAndRearmsOnBatch) {
   state.processes.push_back({getpid(), -1, -1, {}, {}});
   std::vector<double> stalls;
   wd::WatchdogOptions opts;  // run_dir empty: no signals, kernel view only
+  opts.min_cpu_window_ns = 0;  // fake clock: do not wait for real CPU time
   wd::Watchdog dog(opts, [&] { return state; },
                    [&](const wd::HangSnapshot& s, const std::vector<Finding>&) {
                      stalls.push_back(s.stalled_s);
@@ -732,7 +733,9 @@ TEST(WatchdogCheck, NoBatchYetCountsFromIteratorStart) {
   wd::WatchState state;
   state.loader_active = true;
   state.active_since_ns = t0;
-  wd::Watchdog dog({}, [&] { return state; });
+  wd::WatchdogOptions opts;
+  opts.min_cpu_window_ns = 0;
+  wd::Watchdog dog(opts, [&] { return state; });
   dog.set_timeout_override(10.0);
   EXPECT_FALSE(dog.check(t0 + int64_t(9e9)));
   EXPECT_TRUE(dog.check(t0 + int64_t(10e9)));
@@ -770,4 +773,24 @@ TEST(WatchdogThread, ReportsWithinTimeoutPlusTwoSeconds) {
   EXPECT_GE(after_s, 0.3);
   EXPECT_LT(after_s, 0.3 + 2.0);
   EXPECT_EQ(dog.hangs(), 1);
+  // CPU progress was judged over at least the minimum window.
+  auto snap = dog.last_snapshot();
+  ASSERT_TRUE(snap.has_value());
+}
+
+TEST(WatchdogCheck, LateStallWaitsForACpuWindow) {
+  // The stall is already due at the first look: the capture waits for a CPU window so a
+  // 10 ms tick cannot read as a busy process.
+  const int64_t now = dldoctor::now_ns();
+  wd::WatchState state;
+  state.loader_active = true;
+  state.last_batch_ns = now - int64_t(100e9);
+  state.processes.push_back({getpid(), -1, -1, {}, {}});
+  wd::WatchdogOptions opts;
+  opts.min_cpu_window_ns = 200'000'000;
+  wd::Watchdog dog(opts, [&] { return state; });
+  ASSERT_TRUE(dog.check(now));
+  auto snap = dog.last_snapshot();
+  ASSERT_TRUE(snap.has_value());
+  EXPECT_GE(snap->processes[0].cpu_window_s, 0.2);
 }

@@ -4,6 +4,7 @@
 // stall began, per process.
 #include "dldoctor_core/watchdog/watchdog.hpp"
 
+#include <cxxabi.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -141,6 +142,8 @@ void Watchdog::run() {
     lock.unlock();
     try {
       check(now_ns());
+    } catch (abi::__forced_unwind&) {
+      throw;  // the thread is being cancelled (pthread_exit): let it unwind
     } catch (...) {
       // A failed check (the probe threw, memory ran out) is skipped; the next poll retries.
     }
@@ -202,6 +205,7 @@ bool Watchdog::check(int64_t now) {
   if (start != stall_key_) {
     stall_key_ = start;
     marks_.clear();
+    marks_since_ns_ = now_ns();
   }
   for (const WatchedProcess& p : st.processes) {
     if (!marks_.count(p.pid)) marks_[p.pid] = CpuMark{now_ns(), process_cpu_ns(p.pid)};
@@ -214,11 +218,16 @@ bool Watchdog::check(int64_t now) {
   std::string run_dir;
   int signal;
   int wait_ms;
+  int64_t min_window;
   {
     std::lock_guard olock(options_mu_);
     run_dir = options_.run_dir;
     signal = options_.signal;
     wait_ms = options_.stack_wait_ms;
+    min_window = options_.min_cpu_window_ns;
+  }
+  if (int64_t short_by = marks_since_ns_ + min_window - now_ns(); short_by > 0) {
+    std::this_thread::sleep_for(std::chrono::nanoseconds(short_by));
   }
   HangSnapshot snap =
       capture_hang(st.processes, marks_, now, stalled, timeout, run_dir, signal, wait_ms);
@@ -232,6 +241,8 @@ bool Watchdog::check(int64_t now) {
   if (on_hang_) {
     try {
       on_hang_(snap, findings);
+    } catch (abi::__forced_unwind&) {
+      throw;
     } catch (...) {
       // The caller's callback failing must not end the watchdog.
     }

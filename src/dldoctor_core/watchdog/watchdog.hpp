@@ -38,6 +38,15 @@ inline constexpr size_t kInterBatchWindow = 1024;
 inline constexpr int64_t kPollNs = 250'000'000;
 /// The longest the capture waits for the processes' stacks.
 inline constexpr int kStackWaitMs = 500;
+/// The shortest window CPU progress is judged over. /proc counts CPU in 10 ms ticks, so
+/// 500 ms resolves 2%, well under kBusyCpuShare; a stall first seen at the moment it is due
+/// (a watchdog started late) waits this long before the capture, inside the 2 s budget.
+inline constexpr int64_t kMinCpuWindowNs = 500'000'000;
+
+/// The signal the hooks register faulthandler on (torch_hooks.STACK_SIGNAL, SIGRTMAX - 6):
+/// not SIGUSR2, which torch's c10 fatal-signal handler and preemption notices (SLURM,
+/// torchelastic) use. Both sides compute it the same way; a Python test pins them together.
+inline int default_stack_signal() noexcept { return SIGRTMAX - 6; }
 
 /// A process of the job and its role.
 struct WatchedProcess {
@@ -61,12 +70,13 @@ struct WatchState {
 /// Settings.
 struct WatchdogOptions {
   std::string run_dir;        ///< where stack-<pid>.txt files are written
-  int signal = SIGUSR2;       ///< the signal faulthandler is registered on
+  int signal = default_stack_signal();  ///< the signal faulthandler is registered on
   std::optional<double> timeout_override_s;  ///< --hang-timeout
   double min_timeout_s = kMinHangTimeoutS;
   double p99_factor = kHangTimeoutP99Factor;
   int64_t poll_ns = kPollNs;
   int stack_wait_ms = kStackWaitMs;
+  int64_t min_cpu_window_ns = kMinCpuWindowNs;
 };
 
 /// max(min_s, factor x p99), or min_s when no gap is known yet.
@@ -147,6 +157,7 @@ class Watchdog {
   int64_t stall_key_ = -1;         // the stall start the CPU marks belong to
   int64_t fired_key_ = -1;         // the stall start already reported
   std::map<int, CpuMark> marks_;
+  int64_t marks_since_ns_ = 0;     // when the first mark of this stall was taken
 
   mutable std::mutex result_mu_;
   std::optional<HangSnapshot> last_snapshot_;
