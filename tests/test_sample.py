@@ -15,7 +15,7 @@ PROCESS_KEYS = {
     "pid", "ppid", "state", "comm", "num_threads", "cpu_pct", "runq_delay_pct",
     "voluntary_cs_per_s", "involuntary_cs_per_s", "rss_bytes", "pss_bytes",
     "private_dirty_bytes", "read_bytes_per_s", "rchar_per_s", "read_bytes_total", "rchar_total",
-    "cpu_ns_total", "open_fds", "wchan", "threads",
+    "cpu_ns_total", "open_fds", "wchan", "threads", "minor_faults_per_s", "major_faults_per_s",
 }
 MACHINE_KEYS = {
     "cpu_busy_pct", "mem_available_bytes", "swap_in_per_s", "swap_out_per_s",
@@ -241,7 +241,7 @@ def test_page_cache_reads_show_in_rchar_not_read_bytes(tmp_path):
     code = f"import sys\nwhile True:\n    open({str(data)!r}, 'rb').read()\n"
     child = spawn(sys.executable, "-c", code, start_new_session=True)
     try:
-        sampler = _ext.Sampler(child.pid)
+        sampler = _ext.Sampler(child.pid, smaps_every=1)  # io is a slow source: every pass
         time.sleep(0.2)  # past start-up: the file is hot in the page cache
         p = root_of(over(sampler, 0.3), child.pid)
         assert p["rchar_per_s"] > 10e6, p

@@ -49,7 +49,7 @@ nb::dict machine_to_dict(const sample::MachineSample& m) {
 }
 
 sample::SamplerOptions make_options(double interval_s, int smaps_every, bool threads,
-                                    size_t capacity) {
+                                    size_t capacity, double smaps_budget_pct) {
   if (!(interval_s > 0) || interval_s > 3600) {
     throw Error("sampler interval_s must be between 0 and 3600 seconds");
   }
@@ -58,6 +58,7 @@ sample::SamplerOptions make_options(double interval_s, int smaps_every, bool thr
   o.smaps_every = smaps_every;
   o.threads = threads;
   o.capacity = capacity;
+  o.smaps_budget_pct = smaps_budget_pct;
   return o;
 }
 
@@ -83,6 +84,8 @@ nb::dict process_to_dict(const sample::ProcessSample& p) {
   d["rchar_total"] = opt(p.rchar_total);
   d["cpu_ns_total"] = opt(p.cpu_ns_total);
   d["open_fds"] = opt(p.open_fds);
+  d["minor_faults_per_s"] = opt(p.minor_faults_per_s);
+  d["major_faults_per_s"] = opt(p.major_faults_per_s);
   d["wchan"] = text(p.wchan);
   nb::list threads;
   for (const auto& t : p.threads) threads.append(thread_to_dict(t));
@@ -110,11 +113,13 @@ void register_sample(nb::module_& m) {
       .def(
           "__init__",
           [](Sampler* self, int root_pid, double interval_s, int smaps_every, bool threads,
-             size_t capacity) {
-            new (self) Sampler(root_pid, make_options(interval_s, smaps_every, threads, capacity));
+             size_t capacity, double smaps_budget_pct) {
+            new (self) Sampler(root_pid, make_options(interval_s, smaps_every, threads, capacity,
+                                                      smaps_budget_pct));
           },
           nb::arg("root_pid"), nb::arg("interval_s") = 0.1, nb::arg("smaps_every") = 10,
-          nb::arg("threads") = false, nb::arg("capacity") = 600)
+          nb::arg("threads") = false, nb::arg("capacity") = 600,
+          nb::arg("smaps_budget_pct") = 0.2)
       .def("add_root", &Sampler::add_root, nb::arg("pid"),
            "Also sample pid and its descendants.")
       .def("start", &Sampler::start, nb::call_guard<nb::gil_scoped_release>(),

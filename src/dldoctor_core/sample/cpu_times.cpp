@@ -22,4 +22,8 @@ std::optional<CpuTimes> parse_cpu_times(std::string_view text) noexcept {
   return CpuTimes{busy, busy + idle};
 }
 
+std::optional<int64_t> parse_fork_count(std::string_view text) noexcept {
+  return int_after(text, "processes ");
+}
+
 }  // namespace dldoctor::sample

@@ -1,5 +1,6 @@
-// /proc/stat's first "cpu" line: CPU time of the whole machine, in clock ticks, summed over all
-// CPUs. Busy share = 1 - (idle + iowait) / total between two passes.
+// /proc/stat: the first "cpu" line (CPU time of the whole machine, in clock ticks, summed over
+// all CPUs; busy share = 1 - (idle + iowait) / total between two passes) and the "processes"
+// line (forks since boot: while it stands still, no process can have joined a tree).
 #pragma once
 
 #include <cstdint>
@@ -16,5 +17,8 @@ struct CpuTimes {
 
 /// Parses /proc/stat; empty unless its "cpu " line has at least user, nice, system and idle.
 std::optional<CpuTimes> parse_cpu_times(std::string_view text) noexcept;
+
+/// The "processes" line of /proc/stat: processes and threads created since boot.
+std::optional<int64_t> parse_fork_count(std::string_view text) noexcept;
 
 }  // namespace dldoctor::sample

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dldoctor::sample {
 
@@ -30,19 +31,23 @@ class ReadBuffer {
 class FdBudget {
  public:
   /// `limit` descriptors may be held at once.
-  explicit FdBudget(int limit) noexcept : left_(limit) {}
+  explicit FdBudget(int limit) noexcept : limit_(limit), left_(limit) {}
   /// Takes one descriptor from the budget; false when none is left.
   bool take() noexcept {
     if (left_ <= 0) return false;
     --left_;
     return true;
   }
+  /// Takes one only while more than half the budget is left: for files read at a low rate,
+  /// which gain less from a kept descriptor than those read every pass.
+  bool take_spare() noexcept { return left_ > limit_ / 2 && take(); }
   /// Returns one descriptor to the budget.
   void give() noexcept { ++left_; }
   /// Descriptors still available.
   int left() const noexcept { return left_; }
 
  private:
+  int limit_;
   int left_;
 };
 
@@ -67,8 +72,10 @@ std::optional<std::string_view> pread_whole(int fd, ReadBuffer& buf,
 class ProcFile {
  public:
   ProcFile() = default;
-  /// A file at `path`; keeps it open when `budget` is non-null and has a descriptor left.
-  ProcFile(std::string path, FdBudget* budget, Records records = Records::one) noexcept;
+  /// A file at `path`; keeps it open when `budget` is non-null and has a descriptor left
+  /// (more than half of it when `spare`).
+  ProcFile(std::string path, FdBudget* budget, Records records = Records::one,
+           bool spare = false) noexcept;
   ProcFile(ProcFile&& other) noexcept;
   ProcFile& operator=(ProcFile&& other) noexcept;
   ProcFile(const ProcFile&) = delete;
@@ -89,6 +96,37 @@ class ProcFile {
   int fd_ = -1;
   Records records_ = Records::one;
   FdBudget* budget_ = nullptr;  // where a kept descriptor goes back to
+};
+
+/// A /proc directory listed again and again (/proc/<pid>/fd, /proc/<pid>/task, /proc): through a
+/// kept-open descriptor rewound each time when the budget gave one, else opened per listing.
+class ProcDir {
+ public:
+  ProcDir() = default;
+  /// A directory at `path`; keeps it open when `budget` is non-null and has a descriptor left
+  /// (more than half of it when `spare`).
+  ProcDir(std::string path, FdBudget* budget, bool spare = false) noexcept;
+  ProcDir(ProcDir&& other) noexcept;
+  ProcDir& operator=(ProcDir&& other) noexcept;
+  ProcDir(const ProcDir&) = delete;
+  ProcDir& operator=(const ProcDir&) = delete;
+  ~ProcDir() { close(); }
+
+  /// Entries whose names do not start with '.'; empty when it cannot be listed.
+  std::optional<int64_t> count(ReadBuffer& buf) noexcept;
+  /// Appends the entries with all-digit names (pids, tids, fds) to `out`; false when it cannot
+  /// be listed.
+  bool numbers(ReadBuffer& buf, std::vector<int>& out) noexcept;
+
+ private:
+  /// Calls `on_name` for each entry; false when the directory cannot be read.
+  template <typename F>
+  bool each(ReadBuffer& buf, F&& on_name) noexcept;
+  void close() noexcept;
+
+  std::string path_;
+  int fd_ = -1;
+  FdBudget* budget_ = nullptr;
 };
 
 }  // namespace dldoctor::sample

@@ -1,6 +1,5 @@
 #include "dldoctor_core/sample/process_reader.hpp"
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -56,42 +55,27 @@ std::optional<double> per_second(std::optional<int64_t> now, std::optional<int64
   return double(*now - *before) * 1e9 / double(dt_ns);
 }
 
-std::optional<int64_t> count_fds(int pid) {
-  char path[48];
-  std::snprintf(path, sizeof path, "/proc/%d/fd", pid);
-  DIR* dir = opendir(path);
-  if (dir == nullptr) return std::nullopt;
-  int64_t n = 0;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
-}
-
 }  // namespace
 
 ProcessReader::ProcessReader(int pid, FdBudget& budget)
-    : pid_(pid), stat_(proc_path(pid, "stat"), &budget), io_(proc_path(pid, "io"), &budget) {}
+    : pid_(pid), stat_(proc_path(pid, "stat"), &budget) {}
 
-void ProcessReader::list_threads(PassContext& ctx, int64_t num_threads) const {
+void ProcessReader::list_threads(PassContext& ctx, int64_t num_threads) {
   ctx.tids.clear();
   if (!ctx.threads && num_threads <= 1) {
     ctx.tids.push_back(pid_);  // one thread: the main thread's own file is the whole process
     return;
   }
-  char path[48];
-  std::snprintf(path, sizeof path, "/proc/%d/task", pid_);
-  DIR* dir = opendir(path);
-  if (dir == nullptr) return;
-  while (dirent* e = readdir(dir)) {
-    int tid = 0;
-    const char* c = e->d_name;
-    if (*c < '1' || *c > '9') continue;
-    for (; *c >= '0' && *c <= '9'; ++c) tid = tid * 10 + (*c - '0');
-    if (*c == '\0') ctx.tids.push_back(tid);
+  if (!task_opened_) {
+    task_dir_ = ProcDir(proc_path(pid_, "task"), &ctx.budget, true);
+    task_opened_ = true;
   }
-  closedir(dir);
+  task_dir_.numbers(ctx.buf, ctx.tids);
+}
+
+std::string ProcessReader::read_wchan(ReadBuffer& buf) {
+  auto text = wchan_file_.read(buf);
+  return text ? parse_wchan(*text) : std::string();
 }
 
 ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
@@ -187,20 +171,19 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
     if (sched_known) out.runq_delay_pct = 100.0 * double(wait_delta) / double(dt);
   }
   last_ticks_ = ticks;
-
-  IoFields io;
-  if (auto text = io_.read(ctx.buf)) io = parse_io(*text);
-  out.rchar_total = io.rchar;
-  out.read_bytes_total = io.read_bytes;
   if (have_last) {
-    out.rchar_per_s = per_second(io.rchar, last_rchar_, dt);
-    out.read_bytes_per_s = per_second(io.read_bytes, last_read_bytes_, dt);
+    out.minor_faults_per_s = per_second(stat->minor_faults, last_minflt_, dt);
+    out.major_faults_per_s = per_second(stat->major_faults, last_majflt_, dt);
   }
-  last_rchar_ = io.rchar;
-  last_read_bytes_ = io.read_bytes;
+  last_minflt_ = stat->minor_faults;
+  last_majflt_ = stat->major_faults;
 
-  // Slow sources: due on every slow_every-th pass, staggered by pid so that a large tree's
-  // cost spreads over the passes; always on a process's first read.
+
+  // Slow sources (but smaps_rollup, which the sampler schedules): due on every slow_every-th
+  // pass, staggered by pid so that a large tree's cost spreads over the passes; always on a
+  // process's first read. On this kind of machine a /proc read costs 2-9 us with the caches
+  // cold, as they are at 10 Hz; stat and schedstat every pass already take most of the 1%
+  // budget for 64 workers, so io (whose rates mean as much over a second) is read here too.
   const int every = ctx.slow_every > 1 ? ctx.slow_every : 1;
   const bool slow = reads_ == 1 || (ctx.pass + uint64_t(pid_)) % uint64_t(every) == 0;
   if (slow) read_slow(ctx, t_ns, stat->state);
@@ -210,11 +193,14 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
     wchan_.clear();
     wchan_fresh_ = false;
   } else if (!slow && (stat->state == 'D' || !wchan_fresh_)) {
-    auto text = read_whole(proc_path(pid_, "wchan").c_str(), ctx.buf);
-    wchan_ = text ? parse_wchan(*text) : std::string();
+    wchan_ = read_wchan(ctx.buf);
     wchan_fresh_ = true;
   }
   out.wchan = wchan_;
+  out.rchar_total = io_.rchar;
+  out.read_bytes_total = io_.read_bytes;
+  out.rchar_per_s = rchar_per_s_;
+  out.read_bytes_per_s = read_bytes_per_s_;
   out.voluntary_cs_per_s = voluntary_per_s_;
   out.involuntary_cs_per_s = involuntary_per_s_;
   if (!out.rss_bytes) out.rss_bytes = status_rss_bytes_;
@@ -227,10 +213,15 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
 }
 
 void ProcessReader::read_slow(PassContext& ctx, int64_t t_ns, char state) {
-  StatusFields status;
-  if (auto text = read_whole(proc_path(pid_, "status").c_str(), ctx.buf)) {
-    status = parse_status(*text);
+  if (!slow_opened_) {
+    status_ = ProcFile(proc_path(pid_, "status"), &ctx.budget, Records::one, true);
+    io_file_ = ProcFile(proc_path(pid_, "io"), &ctx.budget, Records::one, true);
+    wchan_file_ = ProcFile(proc_path(pid_, "wchan"), &ctx.budget, Records::one, true);
+    fd_dir_ = ProcDir(proc_path(pid_, "fd"), &ctx.budget, true);
+    slow_opened_ = true;
   }
+  StatusFields status;
+  if (auto text = status_.read(ctx.buf)) status = parse_status(*text);
   const int64_t dt = t_ns - last_slow_t_ns_;
   if (last_slow_t_ns_ > 0) {
     voluntary_per_s_ = per_second(status.voluntary_cs, last_voluntary_, dt);
@@ -238,22 +229,35 @@ void ProcessReader::read_slow(PassContext& ctx, int64_t t_ns, char state) {
   }
   last_voluntary_ = status.voluntary_cs;
   last_involuntary_ = status.involuntary_cs;
+
+  IoFields io;
+  if (auto text = io_file_.read(ctx.buf)) io = parse_io(*text);
+  if (last_slow_t_ns_ > 0) {
+    rchar_per_s_ = per_second(io.rchar, io_.rchar, dt);
+    read_bytes_per_s_ = per_second(io.read_bytes, io_.read_bytes, dt);
+  }
+  io_ = io;
   status_rss_bytes_ = status.rss_bytes;
   last_slow_t_ns_ = t_ns;
 
-  SmapsRollup smaps;
-  if (auto text = read_whole(proc_path(pid_, "smaps_rollup").c_str(), ctx.buf)) {
-    smaps = parse_smaps_rollup(*text);
-  }
-  pss_bytes_ = smaps.pss_bytes;
-  private_dirty_bytes_ = smaps.private_dirty_bytes;
-  open_fds_ = count_fds(pid_);
+  open_fds_ = fd_dir_.count(ctx.buf);
 
   if (state != 'R') {
-    auto text = read_whole(proc_path(pid_, "wchan").c_str(), ctx.buf);
-    wchan_ = text ? parse_wchan(*text) : std::string();
+    wchan_ = read_wchan(ctx.buf);
     wchan_fresh_ = true;
   }
+}
+
+int64_t ProcessReader::read_smaps(ReadBuffer& buf, uint64_t pass, ProcessSample& out) {
+  const int64_t cpu_start = thread_cpu_ns();
+  SmapsRollup smaps;
+  if (auto text = read_whole(proc_path(pid_, "smaps_rollup").c_str(), buf)) {
+    smaps = parse_smaps_rollup(*text);
+  }
+  pss_bytes_ = out.pss_bytes = smaps.pss_bytes;
+  private_dirty_bytes_ = out.private_dirty_bytes = smaps.private_dirty_bytes;
+  smaps_pass_ = pass;
+  return thread_cpu_ns() - cpu_start;
 }
 
 }  // namespace dldoctor::sample

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dldoctor_core/sample/io.hpp"
 #include "dldoctor_core/sample/proc_file.hpp"
 #include "dldoctor_core/sample/snapshot.hpp"
 
@@ -20,7 +21,7 @@ struct PassContext {
   FdBudget& budget;         ///< descriptors that may be kept open
   uint64_t pass = 0;        ///< this sampler's pass number, from 1
   bool threads = false;     ///< fill ProcessSample::threads
-  int slow_every = 10;      ///< status, smaps_rollup, fd count, wchan of sleepers: every Nth pass
+  int slow_every = 10;      ///< status, io, fd count, wchan of sleepers: every Nth pass
   std::vector<int> tids{};  ///< scratch for thread ids
 };
 
@@ -34,11 +35,20 @@ enum class ReadStatus {
 /// Reads one process pass after pass.
 class ProcessReader {
  public:
-  /// A reader for `pid`; keeps stat and io open if `budget` allows.
+  /// A reader for `pid`; keeps its stat open if `budget` allows.
   ProcessReader(int pid, FdBudget& budget);
 
-  /// Reads one pass into `out`, with rates against this reader's previous pass.
+  /// Reads one pass into `out`, with rates against this reader's previous pass. smaps_rollup
+  /// is not read here (see read_smaps); `out` gets its last values.
   ReadStatus read(PassContext& ctx, ProcessSample& out);
+
+  /// Reads smaps_rollup into `out` and keeps the values for later passes; returns what the
+  /// read cost in thread CPU ns (it grows with the pages mapped: ~4 ms for a process that
+  /// imported torch), which the sampler budgets.
+  int64_t read_smaps(ReadBuffer& buf, uint64_t pass, ProcessSample& out);
+
+  /// The pass of the last smaps_rollup read (0: never).
+  uint64_t smaps_pass() const noexcept { return smaps_pass_; }
 
  private:
   struct ThreadState {
@@ -49,25 +59,36 @@ class ProcessReader {
   };
 
   /// Lists the threads to read into ctx.tids: all of task/ when needed, else the pid alone.
-  void list_threads(PassContext& ctx, int64_t num_threads) const;
-  /// Reads the slow sources (status, smaps_rollup, fd) and keeps their values for later passes.
+  void list_threads(PassContext& ctx, int64_t num_threads);
+  /// The wait channel, read now.
+  std::string read_wchan(ReadBuffer& buf);
+  /// Reads the slow sources (status, io, fd, wchan) and keeps their values for later passes.
   void read_slow(PassContext& ctx, int64_t t_ns, char state);
 
   int pid_;
-  ProcFile stat_, io_;
+  ProcFile stat_;
+  // Opened at their first read, kept only from the spare half of the budget: stat and
+  // schedstat, read every pass, come first when descriptors are scarce.
+  ProcFile status_, io_file_, wchan_file_;
+  ProcDir fd_dir_, task_dir_;
+  bool slow_opened_ = false;
+  bool task_opened_ = false;
   std::optional<int64_t> start_ticks_;
   uint64_t reads_ = 0;
 
   // The previous pass, for rates.
   int64_t last_t_ns_ = 0;
-  std::optional<int64_t> last_ticks_, last_rchar_, last_read_bytes_;
+  std::optional<int64_t> last_ticks_, last_minflt_, last_majflt_;
   std::unordered_map<int, ThreadState> threads_;
 
   // The slow sources, carried between the passes that read them.
   int64_t last_slow_t_ns_ = 0;
   std::optional<int64_t> last_voluntary_, last_involuntary_;
   std::optional<double> voluntary_per_s_, involuntary_per_s_;
+  IoFields io_;
+  std::optional<double> rchar_per_s_, read_bytes_per_s_;
   std::optional<int64_t> status_rss_bytes_, pss_bytes_, private_dirty_bytes_, open_fds_;
+  uint64_t smaps_pass_ = 0;
   std::string wchan_;
   bool wchan_fresh_ = false;  // wchan_ was read while the process slept, and it still sleeps
 };

@@ -1,11 +1,10 @@
 #include "dldoctor_core/sample/process_tree.hpp"
 
-#include <dirent.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <unordered_set>
 
+#include "dldoctor_core/common/clock.hpp"
 #include "dldoctor_core/sample/stat.hpp"
 
 namespace dldoctor::sample {
@@ -42,36 +41,37 @@ std::vector<int> tree_order(const std::vector<int>& roots,
   return order;
 }
 
-std::vector<int> ProcessTree::members(const std::vector<int>& roots, ReadBuffer& buf) {
+std::vector<int> ProcessTree::members(const std::vector<int>& roots, ReadBuffer& buf,
+                                      std::optional<int64_t> forks) {
+  const int64_t now = now_ns();
+  const bool unchanged = forks && listed_forks_ == forks;
+  const bool too_soon = listing_ > 0 && now - listed_ns_ < min_gap_ns_;
+  if (unchanged || too_soon) {
+    if (!changed_ && roots == ordered_roots_) return members_;
+    std::vector<std::pair<int, int>> pid_ppid;
+    pid_ppid.reserve(parent_.size());
+    for (const auto& [pid, entry] : parent_) pid_ppid.emplace_back(pid, entry.ppid);
+    return remember(roots, tree_order(roots, std::move(pid_ppid)));
+  }
+  listed_forks_ = forks;
+  listed_ns_ = now;
   ++listing_;
   const bool rescan = rescan_every_ > 0 && listing_ % uint64_t(rescan_every_) == 0;
-  if (DIR* dir = opendir("/proc")) {
-    while (dirent* e = readdir(dir)) {
-      const char* name = e->d_name;
-      if (name[0] < '1' || name[0] > '9') continue;
-      int pid = 0;
-      for (const char* c = name; *c; ++c) {
-        if (*c < '0' || *c > '9') {
-          pid = 0;
-          break;
-        }
-        pid = pid * 10 + (*c - '0');
-      }
-      if (pid <= 0) continue;
-      auto [it, fresh] = parent_.try_emplace(pid);
-      it->second.seen = listing_;
-      if (!fresh && !rescan) continue;
-      char path[48];
-      std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-      auto text = read_whole(path, buf);
-      auto stat = text ? parse_stat(*text) : std::nullopt;
-      if (!stat) {
-        parent_.erase(it);  // exited between the listing and the read
-        continue;
-      }
-      it->second.ppid = stat->ppid;
+  pids_.clear();
+  proc_.numbers(buf, pids_);
+  for (int pid : pids_) {
+    auto [it, fresh] = parent_.try_emplace(pid);
+    it->second.seen = listing_;
+    if (!fresh && !rescan) continue;
+    char path[48];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    auto text = read_whole(path, buf);
+    auto stat = text ? parse_stat(*text) : std::nullopt;
+    if (!stat) {
+      parent_.erase(it);  // exited between the listing and the read
+      continue;
     }
-    closedir(dir);
+    it->second.ppid = stat->ppid;
   }
   std::vector<std::pair<int, int>> pid_ppid;
   pid_ppid.reserve(parent_.size());
@@ -83,12 +83,27 @@ std::vector<int> ProcessTree::members(const std::vector<int>& roots, ReadBuffer&
       ++it;
     }
   }
-  return tree_order(roots, std::move(pid_ppid));
+  return remember(roots, tree_order(roots, std::move(pid_ppid)));
+}
+
+const std::vector<int>& ProcessTree::remember(const std::vector<int>& roots,
+                                              std::vector<int> members) {
+  ordered_roots_ = roots;
+  members_ = std::move(members);
+  changed_ = false;
+  return members_;
 }
 
 void ProcessTree::set_parent(int pid, int ppid) noexcept {
   auto it = parent_.find(pid);
-  if (it != parent_.end()) it->second.ppid = ppid;
+  if (it != parent_.end() && it->second.ppid != ppid) {
+    it->second.ppid = ppid;
+    changed_ = true;
+  }
+}
+
+void ProcessTree::forget(int pid) noexcept {
+  if (parent_.erase(pid) > 0) changed_ = true;
 }
 
 }  // namespace dldoctor::sample

@@ -71,6 +71,8 @@ struct Sampler::State {
   };
   std::unordered_map<int, Tracked> tracked;
   uint64_t passes = 0;
+  double smaps_tokens_ns = 0;  // smaps_rollup CPU time that may still be spent
+  int64_t smaps_refilled_ns = 0;
 
   mutable std::mutex history_mutex;
   std::vector<Snapshot> ring;
@@ -88,6 +90,7 @@ struct Sampler::State {
   std::thread thread;
 
   Snapshot pass();
+  void read_smaps(Snapshot& snap, const std::vector<ProcessReader*>& readers);
   void record(const Snapshot& s);
   void run();
 };
@@ -99,9 +102,14 @@ Snapshot Sampler::State::pass() {
   snap.t_ns = now_ns();
   snap.seq = ++passes;
 
-  const std::vector<int> members = tree.members(roots, buf);
+  // The machine first: its fork counter tells the tree whether /proc must be listed again.
+  const bool machine_slow = (passes - 1) % uint64_t(options.smaps_every) == 0;
+  snap.machine = machine.read(snap.t_ns, buf, machine_slow);
+  const std::vector<int> members = tree.members(roots, buf, machine.forks());
   PassContext ctx{buf, budget, passes, options.threads, options.smaps_every};
   snap.processes.reserve(members.size());
+  std::vector<ProcessReader*> readers;
+  readers.reserve(members.size());
   for (int pid : members) {
     Tracked& t = tracked[pid];
     ProcessSample sample;
@@ -115,18 +123,46 @@ Snapshot Sampler::State::pass() {
     }
     if (status != ReadStatus::ok) {
       tracked.erase(pid);  // exited mid-pass: left out of this pass, not an error
+      tree.forget(pid);
       continue;
     }
     t.seen = passes;
     tree.set_parent(pid, sample.ppid);
     snap.processes.push_back(std::move(sample));
+    readers.push_back(t.reader.get());
   }
   for (auto it = tracked.begin(); it != tracked.end();) {
     it = it->second.seen == passes ? std::next(it) : tracked.erase(it);
   }
-  snap.machine = machine.read(now_ns(), buf);
+  read_smaps(snap, readers);
   snap.cost_ns = thread_cpu_ns() - cpu_start;
   return snap;
+}
+
+void Sampler::State::read_smaps(Snapshot& snap, const std::vector<ProcessReader*>& readers) {
+  // A token bucket of CPU time, refilled at smaps_budget_pct of wall time and holding at most
+  // one smaps_every cycle's worth: processes due are read, longest-waiting first, while it is
+  // not empty. Cheap processes are all read on schedule; expensive ones spread out.
+  const bool capped = options.smaps_budget_pct > 0;
+  const int64_t now = now_ns();
+  if (capped) {
+    const double rate = options.smaps_budget_pct / 100.0;
+    const double cap = rate * double(options.interval_ns) * options.smaps_every;
+    smaps_tokens_ns = smaps_refilled_ns == 0
+                          ? cap
+                          : std::min(cap, smaps_tokens_ns + rate * double(now - smaps_refilled_ns));
+    smaps_refilled_ns = now;
+  }
+  std::vector<std::pair<uint64_t, size_t>> due;  // (pass of the last read, index)
+  for (size_t i = 0; i < readers.size(); ++i) {
+    const uint64_t last = readers[i]->smaps_pass();
+    if (last == 0 || passes - last >= uint64_t(options.smaps_every)) due.emplace_back(last, i);
+  }
+  std::sort(due.begin(), due.end());
+  for (auto [last, i] : due) {
+    if (capped && smaps_tokens_ns <= 0) break;
+    smaps_tokens_ns -= double(readers[i]->read_smaps(buf, passes, snap.processes[i]));
+  }
 }
 
 void Sampler::State::record(const Snapshot& s) {

@@ -39,6 +39,9 @@ struct ProcessSample {
   std::optional<int64_t> rchar_total;
   std::optional<int64_t> cpu_ns_total;     ///< utime+stime so far
   std::optional<int64_t> open_fds;         ///< entries in /proc/pid/fd
+  std::optional<double> minor_faults_per_s;  ///< from stat: copy-on-write breaks and first
+                                             ///< touches of memory (cheap, every pass)
+  std::optional<double> major_faults_per_s;  ///< faults that had to read from storage (mmap)
   std::string wchan;                      ///< kernel function it sleeps in ("" running/unknown)
   std::vector<ThreadSample> threads;      ///< filled when thread sampling is on
 };

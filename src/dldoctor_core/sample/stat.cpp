@@ -32,6 +32,8 @@ std::optional<StatFields> parse_stat(std::string_view text) noexcept {
     rest.remove_prefix(end);
     std::optional<int64_t>* slot = nullptr;
     switch (field) {
+      case 10: slot = &f.minor_faults; break;
+      case 12: slot = &f.major_faults; break;
       case 14: slot = &f.utime_ticks; break;
       case 15: slot = &f.stime_ticks; break;
       case 20: slot = &f.num_threads; break;

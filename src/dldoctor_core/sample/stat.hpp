@@ -14,6 +14,9 @@ struct StatFields {
   std::string comm;                      ///< between the first '(' and the last ')'
   char state = '?';                      ///< R S D Z T t I X ...
   int ppid = 0;
+  std::optional<int64_t> minor_faults;   ///< field 10: page faults served without I/O (a
+                                         ///< copy-on-write break is one)
+  std::optional<int64_t> major_faults;   ///< field 12: page faults that read from storage
   std::optional<int64_t> utime_ticks;    ///< field 14, in clock ticks (sysconf(_SC_CLK_TCK))
   std::optional<int64_t> stime_ticks;    ///< field 15
   std::optional<int64_t> num_threads;    ///< field 20
