@@ -221,7 +221,8 @@ def test_cpu_progress_busy_versus_blocked(tmp_path, children):
     time.sleep(0.5)
     b = {p: _ext.probe_process(p)["cpu_ns"] for p in (busy.pid, blocked.pid)}
     assert b[blocked.pid] == a[blocked.pid]
-    assert b[busy.pid] - a[busy.pid] > 0.1e9  # far from 0 even sharing 2 cores
+    # Far from 0 even when other jobs crowd the 2 cores (~100% vs ~0%, coarse on purpose).
+    assert b[busy.pid] - a[busy.pid] > 0.05e9
 
     # The same through the Watchdog: CPU since the stall began, per process.
     got = threading.Event()
@@ -251,7 +252,7 @@ def test_cpu_progress_busy_versus_blocked(tmp_path, children):
         for p in seen["snapshot"]["processes"]
     }
     assert share[blocked.pid] < 0.05
-    assert share[busy.pid] > 0.3
+    assert share[busy.pid] > 0.15
     ids = [f["id"] for f in seen["findings"]]
     assert "collate_deadlock" not in ids
 

@@ -376,6 +376,8 @@ TEST(WatchdogProbe, LiveSelfAndGonePid) {
   int status = 0;
   waitpid(child, &status, 0);
   wd::ProcessProbe gone = wd::probe_process(child);
+  EXPECT_EQ(wd::process_state(child), "gone");
+  EXPECT_FALSE(wd::process_state(getpid()).empty());
   EXPECT_TRUE(gone.gone);
   EXPECT_EQ(gone.state, "gone");
   EXPECT_FALSE(gone.cpu_ns.has_value());  // unknown, never 0
@@ -392,6 +394,7 @@ TEST(WatchdogProbe, ZombieShowsExitStatus) {
     usleep(5000);
   }
   EXPECT_EQ(z.state, "Z");
+  EXPECT_EQ(wd::process_state(child), "Z");
   EXPECT_EQ(z.exit_code, 7);
   int status = 0;
   waitpid(child, &status, 0);

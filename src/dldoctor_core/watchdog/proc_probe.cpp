@@ -202,6 +202,15 @@ ProcessProbe probe_process(int pid, bool with_threads) noexcept {
   return out;
 }
 
+std::string process_state(int pid) noexcept {
+  std::string base = "/proc/" + std::to_string(pid);
+  auto stat = read_file(base + "/stat");
+  if (!stat) return ::access(base.c_str(), F_OK) != 0 && errno == ENOENT ? "gone" : "";
+  size_t close = stat->rfind(')');
+  if (close == std::string::npos || close + 2 >= stat->size()) return "";
+  return std::string(1, (*stat)[close + 2]);
+}
+
 std::optional<int64_t> process_cpu_ns(int pid) noexcept {
   auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
   if (!stat) return std::nullopt;

@@ -45,6 +45,10 @@ struct ProcessProbe {
 /// Reads /proc/<pid>; `with_threads` adds /proc/<pid>/task/*. Never throws.
 ProcessProbe probe_process(int pid, bool with_threads = true) noexcept;
 
+/// Only the state letter of /proc/<pid>/stat: "gone" when the pid does not exist, "" when
+/// unreadable. Cheap enough to poll while waiting for a stack.
+std::string process_state(int pid) noexcept;
+
 /// CPU time of a process (utime + stime of all its threads), or nullopt when unreadable.
 std::optional<int64_t> process_cpu_ns(int pid) noexcept;
 

@@ -104,10 +104,10 @@ void sleep_ms(int ms) {
 
 /// Exists and is not a zombie: a zombie runs no handler and never writes a stack.
 bool alive(int pid) {
-  ProcessProbe p = probe_process(pid, false);
-  if (p.gone) return false;
-  if (p.state.empty()) return ::kill(pid, 0) == 0 || errno == EPERM;
-  return p.state != "Z" && p.state != "X" && p.state != "x";
+  std::string state = process_state(pid);
+  if (state == "gone") return false;
+  if (state.empty()) return ::kill(pid, 0) == 0 || errno == EPERM;
+  return state != "Z" && state != "X" && state != "x";
 }
 
 }  // namespace
