@@ -1,8 +1,12 @@
 // The /proc readers on recorded file contents (odd command names, missing fields, files cut
 // short), the tree order, and the sampler on this test process itself.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -221,6 +225,69 @@ TEST(SampleProcFile, KeptOpenAndBudget) {
   EXPECT_EQ(budget.left(), 1);
   EXPECT_FALSE(ProcFile("/proc/self/no_such_file", &budget).read(buf));
   EXPECT_EQ(budget.left(), 1);
+}
+
+TEST(SampleProcFile, SpareHalf) {
+  FdBudget budget(4);
+  EXPECT_TRUE(budget.take_spare());   // 3 left
+  EXPECT_TRUE(budget.take_spare());   // 2 left: no longer more than half
+  EXPECT_FALSE(budget.take_spare());
+  EXPECT_TRUE(budget.take());
+  EXPECT_TRUE(budget.take());
+  EXPECT_FALSE(budget.take());
+}
+
+TEST(SampleProcDir, ListsAgainThroughAKeptDescriptor) {
+  FdBudget budget(2);
+  ReadBuffer buf(64);  // smaller than one listing: getdents64 is called until the end
+  ProcDir task("/proc/self/task", &budget);
+  std::vector<int> tids;
+  ASSERT_TRUE(task.numbers(buf, tids));
+  EXPECT_NE(std::find(tids.begin(), tids.end(), int(syscall(SYS_gettid))), tids.end());
+  tids.clear();
+  ASSERT_TRUE(task.numbers(buf, tids));  // rewound, not at its end
+  EXPECT_FALSE(tids.empty());
+
+  ProcDir fds("/proc/self/fd", &budget);
+  auto before = fds.count(buf);
+  ASSERT_TRUE(before);
+  int extra = dup(0);
+  EXPECT_EQ(fds.count(buf), *before + 1);
+  close(extra);
+  EXPECT_FALSE(ProcDir("/proc/self/no_such_dir", &budget).count(buf));
+}
+
+TEST(SampleTree, ListsAgainOnlyWhenTheForkCounterMoves) {
+  ProcessTree tree(/*min_gap_ns=*/0);
+  ReadBuffer buf;
+  EXPECT_EQ(tree.members({getpid()}, buf, 100), std::vector<int>{getpid()});
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  // Same counter: the listing is not repeated, so the child is not seen yet.
+  EXPECT_EQ(tree.members({getpid()}, buf, 100), std::vector<int>{getpid()});
+  EXPECT_EQ(tree.members({getpid()}, buf, 101), (std::vector<int>{getpid(), child}));
+  EXPECT_EQ(tree.listings(), 2u);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  tree.forget(child);
+  EXPECT_EQ(tree.members({getpid()}, buf, 101), std::vector<int>{getpid()});
+}
+
+TEST(SampleSampler, WorksWithNoKeptDescriptors) {
+  Sampler sampler(getpid(), SamplerOptions{.smaps_every = 1, .threads = true, .max_kept_fds = 0});
+  sampler.sample_once();
+  Snapshot s = sampler.sample_once();
+  ASSERT_FALSE(s.processes.empty());
+  const ProcessSample& me = s.processes.front();
+  EXPECT_TRUE(me.cpu_pct);
+  EXPECT_TRUE(me.runq_delay_pct);
+  EXPECT_TRUE(me.rchar_per_s);
+  EXPECT_TRUE(me.voluntary_cs_per_s);
+  EXPECT_TRUE(me.open_fds);
+  EXPECT_FALSE(me.threads.empty());
 }
 
 TEST(SampleSampler, SelfFirstRatesOnSecondPass) {

@@ -111,7 +111,12 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
   for (int tid : ctx.tids) {
     auto [it, fresh] = threads_.try_emplace(tid);
     ThreadState& th = it->second;
-    if (fresh) th.schedstat = ProcFile(task_path(pid_, tid, "schedstat"), &ctx.budget);
+    // The main thread's file sums a single-threaded process: kept like stat. Other threads'
+    // come from the spare half of the budget.
+    if (fresh) {
+      th.schedstat =
+          ProcFile(task_path(pid_, tid, "schedstat"), &ctx.budget, Records::one, tid != pid_);
+    }
     th.seen = stamp;
     std::optional<SchedStat> sched;
     if (auto text = th.schedstat.read(ctx.buf)) sched = parse_schedstat(*text);
@@ -132,7 +137,7 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
     }
     if (!ctx.threads) continue;
 
-    if (fresh) th.stat = ProcFile(task_path(pid_, tid, "stat"), &ctx.budget);
+    if (fresh) th.stat = ProcFile(task_path(pid_, tid, "stat"), &ctx.budget, Records::one, true);
     auto tstat_text = th.stat.read(ctx.buf);
     auto tstat = tstat_text ? parse_stat(*tstat_text) : std::nullopt;
     if (!tstat) continue;  // the thread ended between the listing and the read
