@@ -1,0 +1,219 @@
+"""dldoctor never changes what a loader does: the same job, run without dldoctor and under
+its injection, yields the same batches in the same order, the same random augmentations, and
+the same exceptions (type, message with the worker's traceback, and the frames of the main
+process's traceback), for fork and spawn, map-style and iterable datasets; the user's
+worker_init_fn is still called with each worker id, and its exceptions come through as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+import dldoctor  # noqa: E402
+from dldoctor import _ext  # noqa: E402
+
+INJECT_DIR = Path(dldoctor.__file__).resolve().parent / "_inject"
+
+JOB = textwrap.dedent(
+    r'''
+    import json, os, sys, traceback
+    import torch
+    from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+
+    INIT_LOG = os.environ["INIT_LOG"]
+
+    class Augmented(Dataset):
+        offset = 0
+        def __len__(self):
+            return 24
+        def __getitem__(self, i):  # random augmentation: worker seeding must be untouched
+            return {"x": torch.full((3,), float(i)) + torch.rand(3), "i": i + self.offset}
+
+    class Stream(IterableDataset):
+        def __init__(self):
+            self.start, self.end = 0, 20
+        def __iter__(self):
+            for i in range(self.start, self.end):
+                yield torch.tensor([i, i * i])
+
+    class FaultyStream(Stream):
+        def __iter__(self):
+            for i in range(self.start, self.end):
+                if i == 10:
+                    raise KeyError(f"record {i} is truncated")
+                yield torch.tensor([i, -i])
+
+    class Faulty(Dataset):
+        def __len__(self):
+            return 12
+        def __getitem__(self, i):
+            if i == 7:
+                raise ValueError(f"cannot decode sample {i}")
+            return torch.tensor(i)
+
+    def init_offset(worker_id):  # the user's worker_init_fn: must see the real worker id
+        with open(INIT_LOG, "a") as f:
+            f.write(f"{worker_id}\n")
+        get_worker_info().dataset.offset = 1000 * (worker_id + 1)
+
+    def init_shard(worker_id):
+        with open(INIT_LOG, "a") as f:
+            f.write(f"{worker_id}\n")
+        info = get_worker_info()
+        per = 20 // info.num_workers
+        info.dataset.start, info.dataset.end = worker_id * per, (worker_id + 1) * per
+
+    def init_fails(worker_id):
+        # Worker 0 serves batch 0, so the error is raised on the same code path whatever
+        # order the workers' results arrive in.
+        if worker_id == 0:
+            raise RuntimeError(f"no shard for worker {worker_id}")
+
+    def pairs(batch):  # a custom collate_fn
+        return {"n": len(batch), "sum": torch.stack(batch).sum(0)}
+
+    def digest(obj):
+        if isinstance(obj, torch.Tensor):
+            return [str(obj.dtype), obj.tolist()]
+        if isinstance(obj, dict):
+            return {k: digest(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [digest(v) for v in obj]
+        return obj
+
+    def run(loader, epochs=1):
+        open(INIT_LOG, "w").close()
+        result = {"epochs": []}
+        try:
+            for _ in range(epochs):
+                it = iter(loader)
+                try:
+                    result["epochs"].append([digest(b) for b in it])
+                except BaseException:
+                    if hasattr(it, "_shutdown_workers"):
+                        it._shutdown_workers()
+                    raise
+        except Exception as e:
+            result["error"] = {
+                "type": f"{type(e).__module__}.{type(e).__qualname__}",
+                "message": str(e),
+                "frames": [(os.path.basename(f.filename), f.name, f.lineno)
+                           for f in traceback.extract_tb(e.__traceback__)],
+            }
+        with open(INIT_LOG) as f:
+            result["init_calls"] = sorted(int(x) for x in f.read().split())
+        return result
+
+    def main(out_path):
+        torch.manual_seed(1234)
+        out = {}
+        # Spawned workers cost a second each, so spawn gets three in all: two persistent
+        # ones for the map dataset, one for an iterable dataset that raises.
+        for method in ("fork", "spawn"):
+            g = torch.Generator().manual_seed(7)
+            out[f"map-{method}"] = run(DataLoader(
+                Augmented(), batch_size=5, shuffle=True, generator=g, num_workers=2,
+                worker_init_fn=init_offset, multiprocessing_context=method,
+                persistent_workers=(method == "spawn")), epochs=2)
+        out["iterable-fork"] = run(DataLoader(
+            Stream(), batch_size=3, num_workers=2, worker_init_fn=init_shard,
+            collate_fn=pairs, multiprocessing_context="fork"))
+        out["iterable-raises-spawn"] = run(DataLoader(
+            FaultyStream(), batch_size=3, num_workers=1, multiprocessing_context="spawn"))
+        out["raises-fork"] = run(DataLoader(
+            Faulty(), batch_size=4, num_workers=1, multiprocessing_context="fork"))
+        out["raises-main"] = run(DataLoader(Faulty(), batch_size=4))
+        out["init-fails"] = run(DataLoader(Faulty(), batch_size=2, num_workers=2,
+                                           worker_init_fn=init_fails,
+                                           multiprocessing_context="fork"))
+        out["single"] = run(DataLoader(Augmented(), batch_size=7, drop_last=True))
+        with open(out_path, "w") as f:
+            json.dump(out, f)
+
+    if __name__ == "__main__":
+        main(sys.argv[1])
+    '''
+)
+
+
+def _run(script: Path, tmp: Path, watched: bool) -> dict:
+    tmp.mkdir()
+    env = dict(os.environ)
+    env["INIT_LOG"] = str(tmp / "init.log")
+    ring = None
+    if watched:
+        run_dir = tmp / "run"
+        run_dir.mkdir()
+        ring = _ext.EventRing.create(str(run_dir / "events.ring"), 1 << 16)
+        old = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = os.pathsep.join([str(INJECT_DIR)] + ([old] if old else []))
+        env["DLDOCTOR_RING"] = ring.path
+        env["DLDOCTOR_RUN_DIR"] = str(run_dir)
+    else:
+        for k in ("DLDOCTOR_RING", "DLDOCTOR_RUN_DIR"):
+            env.pop(k, None)
+    try:
+        proc = subprocess.run([sys.executable, str(script), str(tmp / "out.json")], env=env,
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        out = json.loads((tmp / "out.json").read_text())
+        if ring is not None:
+            out["_events"] = len(ring.drain())
+        return out
+    finally:
+        if ring is not None:
+            ring.close()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("equivalence")
+    script = base / "job.py"  # one path for both runs: it appears in the tracebacks
+    script.write_text(JOB)
+    return _run(script, base / "plain", False), _run(script, base / "watched", True)
+
+
+SCENARIOS = ["map-fork", "map-spawn", "iterable-fork", "iterable-raises-spawn", "raises-fork",
+             "raises-main", "init-fails", "single"]
+
+
+def test_the_watched_run_was_really_watched(runs):
+    assert runs[1]["_events"] > 50
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_same_behaviour_with_and_without_dldoctor(runs, scenario):
+    plain, watched = runs[0][scenario], runs[1][scenario]
+    assert watched == plain
+
+
+def test_the_scenarios_exercise_what_they_claim(runs):
+    plain = runs[0]
+    for method in ("fork", "spawn"):
+        m = plain[f"map-{method}"]
+        assert len(m["epochs"]) == 2 and len(m["epochs"][0]) == 5
+        assert m["epochs"][0] != m["epochs"][1]  # reshuffled and re-augmented
+        # Once per worker per epoch; persistent workers (under spawn here) only once.
+        assert m["init_calls"] == ([0, 1] if method == "spawn" else [0, 0, 1, 1])
+        assert all(b["i"][1][0] >= 1000 for b in m["epochs"][0])  # the init fn took effect
+    it = plain["iterable-fork"]
+    assert it["init_calls"] == [0, 1]
+    assert sum(b["n"] for b in it["epochs"][0]) == 20
+    err = plain["raises-fork"]["error"]
+    assert err["type"] == "builtins.ValueError"
+    assert "cannot decode sample 7" in err["message"] and "__getitem__" in err["message"]
+    spawn = plain["iterable-raises-spawn"]
+    assert spawn["epochs"] == [] and spawn["error"]["type"] == "builtins.KeyError"
+    assert "record 10 is truncated" in spawn["error"]["message"]
+    assert plain["raises-main"]["error"]["message"] == "cannot decode sample 7"
+    assert "no shard for worker 0" in plain["init-fails"]["error"]["message"]
+    assert plain["init-fails"]["error"]["type"] == "builtins.RuntimeError"
