@@ -42,7 +42,18 @@ def run_doctor(
 ) -> DoctorRun:
     """`[prefix...] python -m dldoctor run --json F [doctor_args] -- cmd...`"""
     out = os.path.join(str(tmp_path), f"report-{os.getpid()}-{len(os.listdir(str(tmp_path)))}.json")
-    full = [*prefix, sys.executable, "-m", "dldoctor", "run", "--json", out, *doctor_args, "--", *cmd]
+    full = [
+        *prefix,
+        sys.executable,
+        "-m",
+        "dldoctor",
+        "run",
+        "--json",
+        out,
+        *doctor_args,
+        "--",
+        *cmd,
+    ]
     proc = subprocess.run(
         full, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from doctor_run import run_doctor, scenario
 
 pytestmark = pytest.mark.scenario
@@ -18,7 +19,7 @@ def test_too_many_workers_is_named(tmp_path):
     assert r.report["verdict"] == "too_many_workers", r.stderr
     f = r.finding("too_many_workers")
     ev = f["evidence"]
-    assert ev["workers"] == 6
+    assert ev["total_workers"] == 6
     assert ev["usable_cpus"] == 1
     assert ev["run_queue_delay_pct"] > 50  # six busy workers share one core
     assert "num_workers=1" in f["fix"]
@@ -38,7 +39,6 @@ def test_jpeg_decode_and_resize_is_slow_getitem(tmp_path):
     ev = f["evidence"]
     assert ev["data_stall_fraction"] > 0.5
     assert ev["getitem_p50_ms"] > 5  # a 1600x1200 decode + resize per sample
-    assert ev["worker_on_cpu_fraction"] > 0.7
     # The sampled profile names the hot step, in the evidence and in the fix.
     assert "decode_and_resize" in str(ev.get("hot_functions", "")) + f["fix"], f
 
@@ -87,7 +87,7 @@ def test_slow_waiting_consumer_is_healthy_and_quiet(tmp_path):
     assert r.report["verdict"] == "healthy"
     assert r.report["findings"] == []
     (loader,) = r.report["loaders"]
-    assert loader["data_stall_pct"] < 5
+    assert loader["data_stall_pct"] < 15  # the wait per batch is the queue hand-off alone
 
 
 def test_busy_consumer_is_main_process_bound_info(tmp_path):
@@ -106,4 +106,5 @@ def test_throttled_disk_is_io_bound(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.report["verdict"] == "io_bound", r.stderr
     ev = r.finding("io_bound")["evidence"]
-    assert ev["storage_read_mb_s"] > 0
+    # The reads really went to the device (read_bytes), at about the throttled rate.
+    assert 0 < ev["storage_read_mb_per_s"] < 8

@@ -25,7 +25,7 @@ def main():
     ap.add_argument("--busy", action="store_true", help="burn CPU in the consumer")
     args = ap.parse_args()
     loader = DataLoader(Small(), batch_size=16, num_workers=1)
-    step = (lambda b: burn_cpu(0.02)) if args.busy else (lambda b: time.sleep(0.02))
+    step = (lambda b: burn_cpu(0.05)) if args.busy else (lambda b: time.sleep(0.05))
     print("batches:", consume(loader, args.seconds, step=step))
 
 

@@ -10,4 +10,5 @@ void register_sample(nanobind::module_& m);
 void register_trace(nanobind::module_& m);
 void register_analyze(nanobind::module_& m);
 void register_watchdog(nanobind::module_& m);
+void register_monitor(nanobind::module_& m);
 }  // namespace dldoctor::ext

@@ -1,13 +1,173 @@
-"""`dldoctor run`."""
+"""`dldoctor run [options] -- COMMAND [ARGS...]`: run a job, watch every DataLoader in it,
+diagnose. Exits with the job's own exit code (128+N when a signal ended it)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 from ..errors import DldoctorError
+
+POLL_S = 0.25  # how often the watcher reads side logs and the streaming verdict
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 class Command:
     def prepare_parser(self, parser) -> None:
-        pass
+        parser.add_argument("--json", metavar="F", help="write the JSON report (schema 1) to F")
+        parser.add_argument("--html", metavar="F", help="write a self-contained HTML report to F")
+        parser.add_argument("--trace", metavar="F", help="write a Chrome/Perfetto trace to F")
+        parser.add_argument(
+            "--hang-timeout",
+            metavar="S",
+            type=float,
+            default=None,
+            help="seconds without a batch before the hang doctor acts (default: adaptive, >= 60)",
+        )
+        parser.add_argument(
+            "--on-hang",
+            choices=("report", "abort"),
+            default="report",
+            help="report: print the diagnosis and keep waiting (default); abort: also end the job",
+        )
+        parser.add_argument("--live", action="store_true", help="a top-like view while it runs")
+        parser.add_argument("-q", "--quiet", action="store_true", help="no early notices")
+        parser.add_argument("cmd", nargs="*", metavar="-- COMMAND", help="the job to run")
 
     def run(self, args) -> int:
-        raise DldoctorError("'run' is not built yet")
+        cmd = list(args.cmd)
+        if cmd and cmd[0] == "--":
+            cmd = cmd[1:]
+        if not cmd:
+            raise DldoctorError("no command given: dldoctor run [options] -- python train.py")
+        for flag in ("html", "trace"):
+            if getattr(args, flag):
+                raise DldoctorError(f"--{flag} is not available in this version yet")
+        return JobRun(cmd, args).run()
+
+
+class JobRun:
+    def __init__(self, cmd: list[str], args):
+        self.cmd = cmd
+        self.args = args
+        self.child: subprocess.Popen | None = None
+        self.tty_fd: int | None = None
+        self._old_handlers: dict = {}
+        self._signals_seen = 0
+
+    # -- the job's process group and the terminal -----------------------------------------
+    def _spawn(self, env: dict) -> subprocess.Popen:
+        # The job gets its own process group so that the whole tree can be signalled (and,
+        # on a terminal, made the foreground group: Ctrl-C then reaches the job, as it would
+        # without dldoctor, and dldoctor keeps running to write the report).
+        try:
+            if sys.version_info >= (3, 11):
+                return subprocess.Popen(self.cmd, env=env, process_group=0)
+            return subprocess.Popen(self.cmd, env=env, preexec_fn=os.setpgrp)
+        except FileNotFoundError:
+            from .._watcher import command_not_found
+
+            raise command_not_found(self.cmd[0]) from None
+        except PermissionError:
+            err = DldoctorError(f"permission denied: cannot execute {self.cmd[0]}")
+            err.exit_code = 126
+            raise err from None
+
+    def _give_terminal(self, pgid: int) -> None:
+        try:
+            fd = sys.stdin.fileno()
+            if not os.isatty(fd) or os.tcgetpgrp(fd) != os.getpgrp():
+                return
+        except (OSError, ValueError):
+            return
+        old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+        try:
+            os.tcsetpgrp(fd, pgid)
+            self.tty_fd = fd
+        except OSError:
+            pass
+        finally:
+            signal.signal(signal.SIGTTOU, old)
+
+    def _take_terminal_back(self) -> None:
+        if self.tty_fd is None:
+            return
+        old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+        try:
+            os.tcsetpgrp(self.tty_fd, os.getpgrp())
+        except OSError:
+            pass
+        finally:
+            signal.signal(signal.SIGTTOU, old)
+            self.tty_fd = None
+
+    def _forward(self, signum, _frame) -> None:
+        self._signals_seen += 1
+        if self.child is None:
+            return
+        # A third interrupt means the job ignores them: end it for good.
+        sig = signal.SIGKILL if self._signals_seen >= 3 else signum
+        try:
+            os.killpg(self.child.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _install_handlers(self) -> None:
+        for sig in FORWARDED_SIGNALS:
+            self._old_handlers[sig] = signal.signal(sig, self._forward)
+
+    def _restore_handlers(self) -> None:
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+
+    # -- the run ---------------------------------------------------------------------
+    def run(self) -> int:
+        from .._watcher import Watcher
+        from ..reporters import terminal
+
+        watcher = Watcher()
+        try:
+            watcher.collect_facts()
+            self._install_handlers()
+            self.child = self._spawn(watcher.child_env())
+            self._give_terminal(self.child.pid)
+            watcher.start(self.child.pid)
+            code = self._wait(watcher)
+            self._take_terminal_back()
+            report = watcher.finish(command=self.cmd, exit_code=code)
+            terminal.print_report(report)
+            if self.args.json:
+                report.write_json(self.args.json)
+            return code
+        finally:
+            self._take_terminal_back()
+            self._restore_handlers()
+            if self.child is not None and self.child.poll() is None:
+                try:
+                    os.killpg(self.child.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.child.wait()
+            watcher.cleanup()
+
+    def _wait(self, watcher) -> int:
+        assert self.child is not None
+        start = time.monotonic()
+        while True:
+            try:
+                rc = self.child.wait(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            watcher.poll()
+            top = watcher.newly_named()
+            if top is not None and not self.args.quiet:
+                print(
+                    f"dldoctor: [{time.monotonic() - start:.1f} s] {top['id']}: {top['title']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        return rc if rc >= 0 else 128 - rc

@@ -16,16 +16,16 @@ STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 # Per-loader table: (header, key in the loader summary, format)
 _LOADER_COLUMNS = [
     ("loader", "id", "{}"),
-    ("workers", "num_workers", "{}"),
-    ("batch", "batch_size", "{}"),
-    ("batches", "batches", "{}"),
+    ("num_workers", "num_workers", "{}"),
+    ("batch_size", "batch_size", "{}"),
+    ("batches seen", "batches", "{}"),
     ("batches/s", "batches_per_s", "{:.1f}"),
-    ("data stall", "data_stall_pct", "{:.0f}%"),
-    ("getitem p50/p99 ms", ("getitem_p50_ms", "getitem_p99_ms"), "{:.2f}/{:.2f}"),
-    ("collate ms", "collate_p50_ms", "{:.2f}"),
-    ("worker CPU", "worker_cpu_pct", "{:.0f}%"),
-    ("run-queue", "runq_delay_pct", "{:.0f}%"),
-    ("read MB/s", "read_mb_s", "{:.1f}"),
+    ("data stall (main waits)", "data_stall_pct", "{:.0f}%"),
+    ("getitem per sample p50/p99 ms", ("getitem_p50_ms", "getitem_p99_ms"), "{:.2f}/{:.2f}"),
+    ("collate per batch p50 ms", "collate_p50_ms", "{:.2f}"),
+    ("worker CPU (of a core)", "worker_cpu_pct", "{:.0f}%"),
+    ("worker run-queue delay", "runq_delay_pct", "{:.0f}%"),
+    ("storage reads MB/s", "read_mb_s", "{:.1f}"),
 ]
 
 
@@ -72,12 +72,14 @@ def _finding_panel(f: dict) -> Panel:
 
 
 def _loader_table(loaders: list[dict]) -> Table:
+    # One column per loader, one row per figure: fits an 80-column terminal with any count.
     table = Table(title="DataLoaders", title_justify="left", show_edge=False)
-    for header, _, _ in _LOADER_COLUMNS:
-        table.add_column(header, justify="right")
+    table.add_column("", style="bold")
     for ld in loaders:
-        row = []
-        for _, key, spec in _LOADER_COLUMNS:
+        table.add_column(f"loader {ld.get('id', '?')}", justify="right")
+    for header, key, spec in _LOADER_COLUMNS[1:]:
+        row = [header]
+        for ld in loaders:
             value = tuple(ld.get(k) for k in key) if isinstance(key, tuple) else ld.get(key)
             row.append(_fmt(value, spec))
         table.add_row(*row)

@@ -7,13 +7,18 @@
 
 namespace dldoctor::analyze {
 
-/// Main-process CPU (% of one core) at which the consumer counts as busy computing. Below
-/// it the consumer mostly sleeps or waits on a GPU or the network: the job is not data-bound
-/// and not CPU-bound in Python either, so there is nothing to report at all.
+/// Share of wall time (% of one core) the main process wants a CPU — running, or runnable and
+/// queued for one — at which the consumer counts as busy computing. Below it the consumer
+/// mostly sleeps or waits on a GPU or the network: the job is not data-bound and not
+/// CPU-bound in Python either, so there is nothing to report at all. Queued time counts: on
+/// a loaded machine a computing consumer runs less than it wants, but it does not sleep.
 inline constexpr double kMainBusyCpuPct = 80.0;
 
 void rule_main_process_bound(const JobView& job, std::vector<report::Finding>& out) {
-  if (!job.main_process.cpu_pct || *job.main_process.cpu_pct < kMainBusyCpuPct) return;
+  if (!job.main_process.cpu_pct) return;
+  const double wants_cpu =
+      *job.main_process.cpu_pct + job.main_process.runq_delay_pct.value_or(0.0);
+  if (wants_cpu < kMainBusyCpuPct) return;
   const LoaderView* worst = nullptr;  // the loader with the highest stall
   int judged = 0;
   for (const LoaderView& l : job.loaders) {

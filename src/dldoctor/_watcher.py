@@ -1,0 +1,183 @@
+"""The watching side of a run: the run directory, the event ring, the C++ monitor (ring
+drain + /proc sampler + analyzer on their own threads), the side logs, and the report.
+
+Used by `dldoctor run` (the job is a child process) and by `dldoctor.watch()` (the job is
+this process). Everything that runs per event or per sample lives in C++; this class only
+starts it, feeds it the rare side-log records, and turns its output into a Report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+
+from . import _report
+from .errors import DldoctorError
+
+RING_CAPACITY = 1 << 16  # 4 MiB of 64-byte events: ~10 s of a 6,000 batches/s worst case
+SAMPLE_INTERVAL_S = 0.1  # DESIGN.md section 3: every 100 ms
+INJECT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_inject")
+
+
+class SideLogTail:
+    """Reads the per-process JSON-lines side logs incrementally (rare records only)."""
+
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+        self._offsets: dict[str, int] = {}
+        self._partial: dict[str, str] = {}
+
+    def poll(self) -> list[dict]:
+        out: list[dict] = []
+        try:
+            names = sorted(n for n in os.listdir(self.run_dir) if n.startswith("side-"))
+        except OSError:
+            return out
+        for name in names:
+            path = os.path.join(self.run_dir, name)
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    f.seek(self._offsets.get(name, 0))
+                    chunk = f.read()
+                    self._offsets[name] = f.tell()
+            except OSError:
+                continue
+            text = self._partial.pop(name, "") + chunk
+            lines = text.split("\n")
+            if lines and lines[-1]:
+                self._partial[name] = lines[-1]  # a record still being written
+            for line in lines[:-1]:
+                if not line.strip():
+                    continue
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        return out
+
+
+class Watcher:
+    """Owns one run's ring, monitor and side logs."""
+
+    def __init__(self, keep_run_dir: bool = False):
+        from . import _ext
+
+        self.run_dir = tempfile.mkdtemp(prefix="dldoctor-")
+        self.ring_path = os.path.join(self.run_dir, "events.ring")
+        self.keep_run_dir = keep_run_dir or bool(os.environ.get("DLDOCTOR_KEEP_RUN_DIR"))
+        self.monitor = _ext.Monitor(self.ring_path, RING_CAPACITY, SAMPLE_INTERVAL_S)
+        self.side = SideLogTail(self.run_dir)
+        self.side_records: list[dict] = []
+        self.facts: dict = {}
+        self.started_ns: int | None = None
+        self._first_named: str | None = None
+
+    # -- setup -----------------------------------------------------------------------
+    def child_env(self, base: dict | None = None) -> dict:
+        """The environment that instruments every Python process the command starts."""
+        env = dict(os.environ if base is None else base)
+        old = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = INJECT_DIR + (os.pathsep + old if old else "")
+        env["DLDOCTOR_RING"] = self.ring_path
+        env["DLDOCTOR_RUN_DIR"] = self.run_dir
+        return env
+
+    def collect_facts(self) -> dict:
+        from . import _ext
+
+        try:
+            self.facts = _ext.collect_facts()
+        except Exception as e:  # facts are best effort: the analysis degrades, the job runs
+            self.facts = {}
+            self.notes_extra = [f"machine facts could not be read: {e}"]
+        self.monitor.set_facts(self.facts)
+        return self.facts
+
+    def start(self, root_pid: int) -> None:
+        self.started_ns = time.monotonic_ns()
+        self.monitor.start(root_pid)
+
+    # -- while running ---------------------------------------------------------------
+    def poll(self) -> None:
+        """Feed new side-log records (profiles of __getitem__, exceptions) to the analyzer."""
+        for rec in self.side.poll():
+            self.side_records.append(rec)
+            if rec.get("type") == "profile" and rec.get("loader") is not None:
+                functions = [f for f in rec.get("functions") or [] if _user_function(f)]
+                self.monitor.add_hot_functions(int(rec["loader"]), functions)
+
+    def streaming_verdict(self) -> tuple[str, dict | None]:
+        findings = _report.sort_findings(self.monitor.findings(False))
+        verdict = _report.verdict_of(findings)
+        top = findings[0] if findings and verdict != "healthy" else None
+        return verdict, top
+
+    def newly_named(self) -> dict | None:
+        """The first critical finding of the run, once: for an early one-line notice."""
+        if self._first_named is not None:
+            return None
+        verdict, top = self.streaming_verdict()
+        if top is None or verdict in ("healthy", "unknown"):
+            return None
+        self._first_named = verdict
+        return top
+
+    # -- end -------------------------------------------------------------------------
+    def finish(self, command=None, exit_code=None) -> _report.Report:
+        self.monitor.stop()
+        self.poll()
+        findings = _report.sort_findings(self.monitor.findings(True))
+        loaders = self.monitor.loaders()
+        report = _report.Report(
+            verdict=_report.verdict_of(findings),
+            findings=findings,
+            system=_report.system_section(self.facts),
+            loaders=loaders,
+            command=list(command) if command is not None else None,
+            exit_code=exit_code,
+        )
+        report.notes.extend(getattr(self, "notes_extra", []))
+        if not loaders:
+            report.verdict = "unknown"
+            report.notes.append("no DataLoader was seen in this job: nothing to diagnose")
+        dropped = self.monitor.dropped
+        if dropped:
+            report.notes.append(f"{dropped} events were dropped (the event ring was full)")
+        return report
+
+    def cleanup(self) -> None:
+        if not self.keep_run_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.monitor.stop()
+        finally:
+            self.cleanup()
+
+
+# Frames of the machinery every fetch passes through: never the user's hot spot.
+_FRAMEWORK_PATHS = (
+    os.sep + os.path.join("torch", "utils", "data") + os.sep,
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+)
+
+
+def _user_function(f: dict) -> bool:
+    where = str(f.get("file") or f.get("location") or f.get("where") or "")
+    name = str(f.get("name") or f.get("function") or "")
+    if "<listcomp>" in name or "<genexpr>" in name:
+        return False
+    return not any(p in where for p in _FRAMEWORK_PATHS)
+
+
+def command_not_found(cmd0: str) -> DldoctorError:
+    err = DldoctorError(f"command not found: {cmd0}")
+    err.exit_code = 127
+    return err
