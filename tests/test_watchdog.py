@@ -345,6 +345,7 @@ DATALOADER_DEADLOCK = REGISTER + textwrap.dedent(
         for b in it:
             out.write(f"{time.monotonic_ns()}\\n")
             out.flush()
+        out.write("end\\n")  # the iterator is exhausted: no batch is due any more
     """
 )
 
@@ -371,12 +372,10 @@ def _probe_for(tmp_path, proc, info):
     batches = tmp_path / "batches"
 
     def probe():
-        if proc.poll() is not None:
+        lines = batches.read_text().split() if batches.exists() else []
+        if proc.poll() is not None or lines[-1:] == ["end"]:
             return {"loader_active": False}
-        last = None
-        if batches.exists():
-            lines = batches.read_text().split()
-            last = int(lines[-1]) if lines else None
+        last = int(lines[-1]) if lines else None
         procs = [{"pid": info["main"], "loader": -1, "worker": -1}]
         procs += [{"pid": p, "loader": 0, "worker": w} for w, p in enumerate(info["workers"])]
         return {
@@ -473,5 +472,5 @@ def test_real_dataloader_healthy_twin_is_not_flagged(tmp_path):
     finally:
         dog.stop()
         _end(proc)
-    assert len((tmp_path / "batches").read_text().split()) == 16
+    assert len((tmp_path / "batches").read_text().split()) == 16 + 1  # + "end"
     assert hangs == []
