@@ -564,3 +564,46 @@ def test_batch_bytes_walks_structures_and_dedups_storages():
     assert torch_hooks._batch_bytes(("no", "tensors", 3)) == 0
     many = [torch.zeros(1) for _ in range(torch_hooks.BYTES_MAX_ITEMS + 10)]
     assert torch_hooks._batch_bytes(many) == -1
+
+
+WATCH_STYLE_JOB = textwrap.dedent(
+    r'''
+    import os, sys
+    from dldoctor import torch_hooks
+    assert torch_hooks.install(sys.argv[1], sys.argv[2])
+    assert "torch" not in sys.modules  # hooked on import, as dldoctor.watch() may have to
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Late(Dataset):
+        def __len__(self):
+            return 8
+        def __getitem__(self, i):
+            return torch.tensor([i])
+
+    if __name__ == "__main__":
+        # Spawned worker started with no dldoctor environment: _WorkerInit instruments it.
+        dl = DataLoader(Late(), batch_size=4, num_workers=1, multiprocessing_context="spawn")
+        print([b.flatten().tolist() for b in dl])
+    '''
+)
+
+
+def test_install_before_torch_import_and_uninstrumented_spawned_worker(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(WATCH_STYLE_JOB)
+    ring = _ext.EventRing.create(str(tmp_path / "events.ring"), 4096)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DLDOCTOR_")}
+    try:
+        out = subprocess.run([sys.executable, str(script), ring.path, str(tmp_path)], env=env,
+                             capture_output=True, text=True, timeout=120)
+        evs = [Event(*e) for e in ring.drain()]
+    finally:
+        ring.close()
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "[[0, 1, 2, 3], [4, 5, 6, 7]]"
+    (start,) = [e for e in evs if e.kind == K.K_WORKER_START]
+    fetches = [e for e in evs if e.kind == K.K_WORKER_BATCH]
+    assert [e.index for e in fetches] == [0, 1]  # the batch index, read from the worker loop
+    assert all(e.pid == start.pid and e.worker == 0 for e in fetches)
+    assert sorted(e.index for e in evs if e.kind == K.K_MAIN_BATCH) == [0, 1]
