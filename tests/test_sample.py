@@ -122,6 +122,7 @@ def _runq_of_children(n, cpu):
     loops = "".join(f"sh -c '{BUSY}' & " for _ in range(n))
     root = spawn("taskset", "-c", str(cpu), "sh", "-c", f"{loops}wait", start_new_session=True)
     try:
+        time.sleep(0.1)  # forked by now: found by the first listing, not one a second later
         sampler = _ext.Sampler(root.pid)
         wait_for_children(sampler, n)
         snap = over(sampler, 0.8)
@@ -177,6 +178,7 @@ def test_zombie_child_shows_z():
     # The background child exits at once; `exec sleep` never reaps it.
     root = spawn("sh", "-c", "true & exec sleep 30", start_new_session=True)
     try:
+        time.sleep(0.1)
         sampler = _ext.Sampler(root.pid)
         deadline = time.monotonic() + 5
         while True:
@@ -194,9 +196,12 @@ def test_zombie_child_shows_z():
 
 def test_children_that_come_and_go_are_no_error():
     # Hundreds of short-lived children while the thread samples every 5 ms and this thread
-    # samples too: pids vanish between the listing and the reads.
-    root = spawn("sh", "-c", "while :; do true & sleep 0 & wait; done", start_new_session=True)
+    # samples too: pids vanish between a listing of /proc and the reads (the tree is listed
+    # at most once a second, so most of them are read after they have gone).
+    churn = "while :; do sleep 0.05 & sleep 0.03 & true & true & wait; done"
+    root = spawn("sh", "-c", churn, start_new_session=True)
     try:
+        time.sleep(0.1)  # the loop runs: the first listing finds children
         sampler = _ext.Sampler(root.pid, interval_s=0.005, smaps_every=2, threads=True)
         sampler.start()
         seen_children = 0

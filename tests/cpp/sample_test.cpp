@@ -258,7 +258,7 @@ TEST(SampleProcDir, ListsAgainThroughAKeptDescriptor) {
 }
 
 TEST(SampleTree, ListsAgainOnlyWhenTheForkCounterMoves) {
-  ProcessTree tree(/*min_gap_ns=*/0);
+  ProcessTree tree;
   ReadBuffer buf;
   EXPECT_EQ(tree.members({getpid()}, buf, 100), std::vector<int>{getpid()});
   pid_t child = fork();
@@ -291,7 +291,7 @@ TEST(SampleSampler, WorksWithNoKeptDescriptors) {
 }
 
 TEST(SampleSampler, SelfFirstRatesOnSecondPass) {
-  Sampler sampler(getpid(), SamplerOptions{.threads = true});
+  Sampler sampler(getpid(), SamplerOptions{.smaps_every = 1, .threads = true});
   Snapshot first = sampler.sample_once();
   ASSERT_FALSE(first.processes.empty());
   const ProcessSample& me = first.processes.front();

@@ -24,7 +24,9 @@ MachineReader::MachineReader(std::string shm_path)
       shm_path_(std::move(shm_path)) {}
 
 MachineSample MachineReader::read(int64_t t_ns, ReadBuffer& buf, bool slow) noexcept {
+  if (!slow && last_t_ns_ > 0) return last_;
   MachineSample m;
+  const int64_t dt = last_t_ns_ > 0 ? t_ns - last_t_ns_ : 0;
 
   std::optional<CpuTimes> cpu;
   forks_.reset();
@@ -38,43 +40,30 @@ MachineSample MachineReader::read(int64_t t_ns, ReadBuffer& buf, bool slow) noex
   }
   last_cpu_ = cpu;
 
-  if (slow || last_slow_t_ns_ == 0) {
-    if (auto text = meminfo_.read(buf)) {
-      slow_.mem_available_bytes = parse_mem_available(*text);
-    } else {
-      slow_.mem_available_bytes.reset();
-    }
-    struct statvfs vfs;
-    slow_.shm_total_bytes.reset();
-    slow_.shm_used_bytes.reset();
-    if (statvfs(shm_path_.c_str(), &vfs) == 0 && vfs.f_blocks > 0) {
-      slow_.shm_total_bytes = int64_t(vfs.f_blocks) * int64_t(vfs.f_frsize);
-      slow_.shm_used_bytes = int64_t(vfs.f_blocks - vfs.f_bfree) * int64_t(vfs.f_frsize);
-    }
-    SwapCounts swap;
-    if (auto text = vmstat_.read(buf)) swap = parse_vmstat(*text);
-    const int64_t slow_dt = last_slow_t_ns_ > 0 ? t_ns - last_slow_t_ns_ : 0;
-    slow_.swap_in_per_s = per_second(swap.pswpin, last_swap_.pswpin, slow_dt);
-    slow_.swap_out_per_s = per_second(swap.pswpout, last_swap_.pswpout, slow_dt);
-    last_swap_ = swap;
-    last_slow_t_ns_ = t_ns;
-    auto pressure = [&](ProcFile& file) {
-      auto text = file.read(buf);
-      return text ? parse_pressure_some_avg10(*text) : std::nullopt;
-    };
-    slow_.cpu_pressure_some = pressure(cpu_pressure_);
-    slow_.io_pressure_some = pressure(io_pressure_);
-    slow_.mem_pressure_some = pressure(mem_pressure_);
+  if (auto text = meminfo_.read(buf)) m.mem_available_bytes = parse_mem_available(*text);
+
+  struct statvfs vfs;
+  if (statvfs(shm_path_.c_str(), &vfs) == 0 && vfs.f_blocks > 0) {
+    m.shm_total_bytes = int64_t(vfs.f_blocks) * int64_t(vfs.f_frsize);
+    m.shm_used_bytes = int64_t(vfs.f_blocks - vfs.f_bfree) * int64_t(vfs.f_frsize);
   }
-  m.mem_available_bytes = slow_.mem_available_bytes;
-  m.shm_total_bytes = slow_.shm_total_bytes;
-  m.shm_used_bytes = slow_.shm_used_bytes;
-  m.swap_in_per_s = slow_.swap_in_per_s;
-  m.swap_out_per_s = slow_.swap_out_per_s;
-  m.cpu_pressure_some = slow_.cpu_pressure_some;
-  m.io_pressure_some = slow_.io_pressure_some;
-  m.mem_pressure_some = slow_.mem_pressure_some;
+
+  SwapCounts swap;
+  if (auto text = vmstat_.read(buf)) swap = parse_vmstat(*text);
+  m.swap_in_per_s = per_second(swap.pswpin, last_swap_.pswpin, dt);
+  m.swap_out_per_s = per_second(swap.pswpout, last_swap_.pswpout, dt);
+  last_swap_ = swap;
+
+  auto pressure = [&](ProcFile& file) {
+    auto text = file.read(buf);
+    return text ? parse_pressure_some_avg10(*text) : std::nullopt;
+  };
+  m.cpu_pressure_some = pressure(cpu_pressure_);
+  m.io_pressure_some = pressure(io_pressure_);
+  m.mem_pressure_some = pressure(mem_pressure_);
+
   last_t_ns_ = t_ns;
+  last_ = m;
   return m;
 }
 

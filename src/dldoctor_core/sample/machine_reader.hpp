@@ -19,11 +19,11 @@ class MachineReader {
   /// `shm_path`: the shared-memory mount DataLoader workers pass tensors through.
   explicit MachineReader(std::string shm_path = "/dev/shm");
 
-  /// The machine at `t_ns` (CLOCK_MONOTONIC); rates against the previous call, empty on the
-  /// first. Only /proc/stat (CPU busy, and the fork counter the tree needs) is read every call;
-  /// meminfo, /dev/shm, vmstat (swap) and PSI only when `slow` (and on the first call): PSI's
-  /// avg10 is already a 10 s average, memory and swap move over seconds, and every read costs
-  /// several microseconds with cold caches. In between, their last values are repeated.
+  /// The machine at `t_ns` (CLOCK_MONOTONIC), read when `slow` (and on the first call), with
+  /// rates against the previous read, empty on the first; otherwise the last read again. PSI's
+  /// avg10 is already a 10 s average, memory and swap move over seconds, and /proc/stat grows
+  /// with CPUs x interrupts (milliseconds on large machines): a second's resolution is enough
+  /// and costs a tenth at 10 Hz.
   MachineSample read(int64_t t_ns, ReadBuffer& buf, bool slow = true) noexcept;
 
   /// Processes and threads created since boot, as of the last read (from /proc/stat).
@@ -33,11 +33,10 @@ class MachineReader {
   FdBudget budget_{6};  // the machine's own files, outside the per-process budget
   ProcFile stat_, meminfo_, vmstat_, cpu_pressure_, io_pressure_, mem_pressure_;
   std::string shm_path_;
-  int64_t last_t_ns_ = 0;
+  int64_t last_t_ns_ = 0;  // of the last read
+  MachineSample last_;
   std::optional<CpuTimes> last_cpu_;
-  int64_t last_slow_t_ns_ = 0;
   SwapCounts last_swap_;
-  MachineSample slow_;  // the swap and pressure figures of the last slow read
   std::optional<int64_t> forks_;
 };
 

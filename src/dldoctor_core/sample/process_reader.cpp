@@ -183,7 +183,6 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
   last_minflt_ = stat->minor_faults;
   last_majflt_ = stat->major_faults;
 
-
   // Slow sources (but smaps_rollup, which the sampler schedules): due on every slow_every-th
   // pass, staggered by pid so that a large tree's cost spreads over the passes; always on a
   // process's first read. On this kind of machine a /proc read costs 2-9 us with the caches

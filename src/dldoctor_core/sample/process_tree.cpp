@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <unordered_set>
 
-#include "dldoctor_core/common/clock.hpp"
 #include "dldoctor_core/sample/stat.hpp"
 
 namespace dldoctor::sample {
@@ -42,11 +41,9 @@ std::vector<int> tree_order(const std::vector<int>& roots,
 }
 
 std::vector<int> ProcessTree::members(const std::vector<int>& roots, ReadBuffer& buf,
-                                      std::optional<int64_t> forks) {
-  const int64_t now = now_ns();
+                                      std::optional<int64_t> forks, bool may_list) {
   const bool unchanged = forks && listed_forks_ == forks;
-  const bool too_soon = listing_ > 0 && now - listed_ns_ < min_gap_ns_;
-  if (unchanged || too_soon) {
+  if (listing_ > 0 && (unchanged || !may_list)) {
     if (!changed_ && roots == ordered_roots_) return members_;
     std::vector<std::pair<int, int>> pid_ppid;
     pid_ppid.reserve(parent_.size());
@@ -54,7 +51,6 @@ std::vector<int> ProcessTree::members(const std::vector<int>& roots, ReadBuffer&
     return remember(roots, tree_order(roots, std::move(pid_ppid)));
   }
   listed_forks_ = forks;
-  listed_ns_ = now;
   ++listing_;
   const bool rescan = rescan_every_ > 0 && listing_ % uint64_t(rescan_every_) == 0;
   pids_.clear();

@@ -103,9 +103,10 @@ Snapshot Sampler::State::pass() {
   snap.seq = ++passes;
 
   // The machine first: its fork counter tells the tree whether /proc must be listed again.
-  const bool machine_slow = (passes - 1) % uint64_t(options.smaps_every) == 0;
-  snap.machine = machine.read(snap.t_ns, buf, machine_slow);
-  const std::vector<int> members = tree.members(roots, buf, machine.forks());
+  // Both are slow sources: read on every smaps_every-th pass (see MachineReader, ProcessTree).
+  const bool slow = (passes - 1) % uint64_t(options.smaps_every) == 0;
+  snap.machine = machine.read(snap.t_ns, buf, slow);
+  const std::vector<int> members = tree.members(roots, buf, machine.forks(), slow);
   PassContext ctx{buf, budget, passes, options.threads, options.smaps_every};
   snap.processes.reserve(members.size());
   std::vector<ProcessReader*> readers;

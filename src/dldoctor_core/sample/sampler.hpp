@@ -22,7 +22,7 @@ struct SamplerOptions {
                           ///< wait channel of sleepers are read every Nth pass of a process,
                           ///< and meminfo, /dev/shm, swap and PSI every Nth pass; between, the
                           ///< last values (and rates over the last such window) are repeated
-  double smaps_budget_pct = 0.2;  ///< smaps_rollup walks every mapped page (~4 ms for a process
+  double smaps_budget_pct = 0.15;  ///< smaps_rollup walks every mapped page (~4 ms for a process
                                   ///< that imported torch): its reads may use at most this % of
                                   ///< one core on average, so large processes are read less
                                   ///< often than every smaps_every passes; <= 0: no cap

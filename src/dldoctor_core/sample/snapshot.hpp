@@ -1,6 +1,8 @@
 // What one sampling pass of a process tree yields. Counters are turned into rates against
 // the previous pass of the same pid; a rate that cannot be computed yet (first pass, a
-// source that is missing) is empty, never 0.
+// source that is missing) is empty, never 0. Fields marked "slow" are read every
+// SamplerOptions::smaps_every-th pass of a process (rates over that longer window); the passes
+// in between repeat the last values.
 #pragma once
 
 #include <cstdint>
@@ -28,28 +30,29 @@ struct ProcessSample {
   int num_threads = 0;
   std::optional<double> cpu_pct;          ///< user+sys, % of one core over the interval
   std::optional<double> runq_delay_pct;   ///< schedstat wait time, % of wall (all threads)
-  std::optional<double> voluntary_cs_per_s;
-  std::optional<double> involuntary_cs_per_s;
-  std::optional<int64_t> rss_bytes;       ///< VmRSS
-  std::optional<int64_t> pss_bytes;       ///< smaps_rollup (sampled at a lower rate)
+  std::optional<double> voluntary_cs_per_s;   ///< status, all threads (slow)
+  std::optional<double> involuntary_cs_per_s; ///< preempted: climbs with contention (slow)
+  std::optional<int64_t> rss_bytes;       ///< VmRSS (from stat's rss, the same count)
+  std::optional<int64_t> pss_bytes;       ///< smaps_rollup (slow, and within a CPU budget)
   std::optional<int64_t> private_dirty_bytes;
-  std::optional<double> read_bytes_per_s;  ///< /proc/pid/io read_bytes: from storage
-  std::optional<double> rchar_per_s;       ///< /proc/pid/io rchar: all reads, cache included
+  std::optional<double> read_bytes_per_s;  ///< /proc/pid/io read_bytes: from storage (slow)
+  std::optional<double> rchar_per_s;       ///< /proc/pid/io rchar: all reads, cache included (slow)
   std::optional<int64_t> read_bytes_total;
   std::optional<int64_t> rchar_total;
   std::optional<int64_t> cpu_ns_total;     ///< utime+stime so far
-  std::optional<int64_t> open_fds;         ///< entries in /proc/pid/fd
+  std::optional<int64_t> open_fds;         ///< entries in /proc/pid/fd (slow)
   std::optional<double> minor_faults_per_s;  ///< from stat: copy-on-write breaks and first
                                              ///< touches of memory (cheap, every pass)
   std::optional<double> major_faults_per_s;  ///< faults that had to read from storage (mmap)
-  std::string wchan;                      ///< kernel function it sleeps in ("" running/unknown)
+  std::string wchan;                      ///< kernel function it sleeps in ("" running/unknown;
+                                          ///< every pass in D state, slow in S)
   std::vector<ThreadSample> threads;      ///< filled when thread sampling is on
 };
 
 /// Machine-wide figures in one pass.
 struct MachineSample {
   std::optional<double> cpu_busy_pct;         ///< all CPUs, from /proc/stat, % of total capacity
-  std::optional<int64_t> mem_available_bytes;
+  std::optional<int64_t> mem_available_bytes;  ///< (slow, as are all below)
   std::optional<double> swap_in_per_s;        ///< pages/s from /proc/vmstat pswpin
   std::optional<double> swap_out_per_s;
   std::optional<double> cpu_pressure_some;    ///< avg10 of /proc/pressure/cpu
