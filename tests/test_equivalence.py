@@ -24,7 +24,7 @@ from dldoctor import _ext  # noqa: E402
 INJECT_DIR = Path(dldoctor.__file__).resolve().parent / "_inject"
 
 JOB = textwrap.dedent(
-    r'''
+    r"""
     import json, os, sys, traceback
     import torch
     from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
@@ -141,7 +141,7 @@ JOB = textwrap.dedent(
 
     if __name__ == "__main__":
         main(sys.argv[1])
-    '''
+    """
 )
 
 
@@ -162,8 +162,13 @@ def _run(script: Path, tmp: Path, watched: bool) -> dict:
         for k in ("DLDOCTOR_RING", "DLDOCTOR_RUN_DIR"):
             env.pop(k, None)
     try:
-        proc = subprocess.run([sys.executable, str(script), str(tmp / "out.json")], env=env,
-                              capture_output=True, text=True, timeout=240)
+        proc = subprocess.run(
+            [sys.executable, str(script), str(tmp / "out.json")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert proc.returncode == 0, proc.stderr[-4000:]
         out = json.loads((tmp / "out.json").read_text())
         if ring is not None:
@@ -182,8 +187,16 @@ def runs(tmp_path_factory):
     return _run(script, base / "plain", False), _run(script, base / "watched", True)
 
 
-SCENARIOS = ["map-fork", "map-spawn", "iterable-fork", "iterable-raises-spawn", "raises-fork",
-             "raises-main", "init-fails", "single"]
+SCENARIOS = [
+    "map-fork",
+    "map-spawn",
+    "iterable-fork",
+    "iterable-raises-spawn",
+    "raises-fork",
+    "raises-main",
+    "init-fails",
+    "single",
+]
 
 
 def test_the_watched_run_was_really_watched(runs):

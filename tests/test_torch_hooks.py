@@ -25,9 +25,7 @@ from dldoctor import _ext, _sidelog, torch_hooks  # noqa: E402
 
 INJECT_DIR = Path(dldoctor.__file__).resolve().parent / "_inject"
 
-Event = namedtuple(
-    "Event", "kind pid t_ns flags loader worker index count v0 v1 v2 v3"
-)
+Event = namedtuple("Event", "kind pid t_ns flags loader worker index count v0 v1 v2 v3")
 K = torch_hooks
 
 
@@ -53,8 +51,9 @@ def watched_env(run_dir: Path, ring_path: Path, extra_pythonpath=(), base=None) 
     return env
 
 
-def run_watched(argv, run_dir: Path, extra_pythonpath=(), env_extra=None, timeout=240,
-                capacity=1 << 16) -> WatchedRun:
+def run_watched(
+    argv, run_dir: Path, extra_pythonpath=(), env_extra=None, timeout=240, capacity=1 << 16
+) -> WatchedRun:
     run_dir.mkdir(parents=True, exist_ok=True)
     ring_path = run_dir / "events.ring"
     ring = _ext.EventRing.create(str(ring_path), capacity)
@@ -71,7 +70,7 @@ def run_watched(argv, run_dir: Path, extra_pythonpath=(), env_extra=None, timeou
 
 # -- The job -----------------------------------------------------------------------------------------
 JOB = textwrap.dedent(
-    r'''
+    r"""
     import json, os, signal, sys, time
     import torch
     from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
@@ -200,7 +199,7 @@ JOB = textwrap.dedent(
 
     if __name__ == "__main__":
         main(sys.argv[1])
-    '''
+    """
 )
 
 USER_SITECUSTOMIZE = textwrap.dedent(
@@ -225,8 +224,12 @@ def job(tmp_path_factory):
     (usersite / "sitecustomize.py").write_text(USER_SITECUSTOMIZE)
     result = base / "result.json"
     marks = base / "marks.txt"
-    run = run_watched([sys.executable, str(script), str(result)], base / "run",
-                      extra_pythonpath=[usersite], env_extra={"USER_SITE_MARK": str(marks)})
+    run = run_watched(
+        [sys.executable, str(script), str(result)],
+        base / "run",
+        extra_pythonpath=[usersite],
+        env_extra={"USER_SITE_MARK": str(marks)},
+    )
     assert run.proc.returncode == 0, run.proc.stderr[-4000:]
     run.result = json.loads(result.read_text())
     run.marks = {int(x) for x in marks.read_text().split()}
@@ -234,8 +237,11 @@ def job(tmp_path_factory):
 
 
 def loader_of(job, dataset: str) -> int:
-    ids = {r["loader"] for r in job.side
-           if r.get("type") == "iter_start" and r["dataset"].endswith("." + dataset)}
+    ids = {
+        r["loader"]
+        for r in job.side
+        if r.get("type") == "iter_start" and r["dataset"].endswith("." + dataset)
+    }
     assert len(ids) == 1, (dataset, ids)
     return ids.pop()
 
@@ -244,8 +250,13 @@ def events(job, loader: int, kind: int) -> list[Event]:
     return [e for e in job.events if e.loader == loader and e.kind == kind]
 
 
-def check_batches_match(job, lid: int, n_batches: int, sample_bytes: int | None = None,
-                        end_reason: int = K.END_EXHAUSTED):
+def check_batches_match(
+    job,
+    lid: int,
+    n_batches: int,
+    sample_bytes: int | None = None,
+    end_reason: int = K.END_EXHAUSTED,
+):
     """Every batch is seen in a worker and handed out by the main process, with the same
     index and worker id on both sides."""
     worker = events(job, lid, K.K_WORKER_BATCH)
@@ -293,7 +304,11 @@ def test_events_for_every_start_method(job, dataset, workers, method):
     assert sorted(e.worker for e in events(job, lid, K.K_WORKER_EXIT)) == list(range(workers))
     check_batches_match(job, lid, 4, BATCH_BYTES)
     assert job.result[{1: "fork", 2: "spawn", 3: "forkserver"}[method]] == [
-        [0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+        [8, 9, 10, 11],
+        [12, 13, 14, 15],
+    ]
 
 
 def test_spawned_workers_run_the_users_sitecustomize_too(job):
@@ -448,13 +463,18 @@ def test_nothing_dropped_and_no_hook_errors(job):
 
 def test_no_ring_configured_means_no_instrumentation(tmp_path):
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(INJECT_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(INJECT_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
     env.pop("DLDOCTOR_RING", None)
-    code = ("import sys, torch.utils.data.dataloader as d;"
-            "print(hasattr(d._MultiProcessingDataLoaderIter._next_data, '__dldoctor_orig__'),"
-            " 'dldoctor.torch_hooks' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
+    code = (
+        "import sys, torch.utils.data.dataloader as d;"
+        "print(hasattr(d._MultiProcessingDataLoaderIter._next_data, '__dldoctor_orig__'),"
+        " 'dldoctor.torch_hooks' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
 
@@ -462,10 +482,13 @@ def test_no_ring_configured_means_no_instrumentation(tmp_path):
 def test_a_broken_ring_disables_quietly(tmp_path):
     (tmp_path / "junk").write_bytes(b"x" * 8192)
     env = watched_env(tmp_path, tmp_path / "junk")
-    code = ("import torch; from torch.utils.data import DataLoader;"
-            "print(sum(int(b.sum()) for b in DataLoader(list(range(10)), batch_size=5)))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
+    code = (
+        "import torch; from torch.utils.data import DataLoader;"
+        "print(sum(int(b.sum()) for b in DataLoader(list(range(10)), batch_size=5)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0 and out.stdout.strip() == "45" and out.stderr == ""
     (rec,) = _sidelog.read_all(str(tmp_path))
     assert rec["type"] == "hook_error" and "not an event ring" in rec["error"]
@@ -567,7 +590,7 @@ def test_batch_bytes_walks_structures_and_dedups_storages():
 
 
 WATCH_STYLE_JOB = textwrap.dedent(
-    r'''
+    r"""
     import os, sys
     from dldoctor import torch_hooks
     assert torch_hooks.install(sys.argv[1], sys.argv[2])
@@ -585,7 +608,7 @@ WATCH_STYLE_JOB = textwrap.dedent(
         # Spawned worker started with no dldoctor environment: _WorkerInit instruments it.
         dl = DataLoader(Late(), batch_size=4, num_workers=1, multiprocessing_context="spawn")
         print([b.flatten().tolist() for b in dl])
-    '''
+    """
 )
 
 
@@ -595,8 +618,13 @@ def test_install_before_torch_import_and_uninstrumented_spawned_worker(tmp_path)
     ring = _ext.EventRing.create(str(tmp_path / "events.ring"), 4096)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DLDOCTOR_")}
     try:
-        out = subprocess.run([sys.executable, str(script), ring.path, str(tmp_path)], env=env,
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, str(script), ring.path, str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         evs = [Event(*e) for e in ring.drain()]
     finally:
         ring.close()

@@ -23,8 +23,19 @@ def ring(tmp_path):
 def test_create_emit_drain_round_trip(ring):
     assert ring.capacity == 256
     assert ring.watcher_pid == os.getpid()
-    assert ring.emit(K_WORKER_BATCH, loader=3, worker=1, index=7, count=64, t_ns=123,
-                     v0=10, v1=-1, v2=2**40, v3=4096, flags=1)
+    assert ring.emit(
+        K_WORKER_BATCH,
+        loader=3,
+        worker=1,
+        index=7,
+        count=64,
+        t_ns=123,
+        v0=10,
+        v1=-1,
+        v2=2**40,
+        v3=4096,
+        flags=1,
+    )
     events = ring.drain()
     assert events == [(K_WORKER_BATCH, os.getpid(), 123, 1, 3, 1, 7, 64, 10, -1, 2**40, 4096)]
     assert ring.drain() == []

@@ -78,7 +78,9 @@ def read_all(run_dir: str) -> list[dict]:
     """
     out: list[dict] = []
     try:
-        names = sorted(n for n in os.listdir(run_dir) if n.startswith("side-") and n.endswith(".jsonl"))
+        names = sorted(
+            n for n in os.listdir(run_dir) if n.startswith("side-") and n.endswith(".jsonl")
+        )
     except OSError:
         return out
     for name in names:

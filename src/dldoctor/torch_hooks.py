@@ -125,8 +125,19 @@ _thread_time_ns = time.thread_time_ns
 
 class _IterState:
     __slots__ = (
-        "loader_id", "multiprocess", "epoch", "batches", "last_handout", "ended", "in_next",
-        "died", "ref", "wait_ns", "got_idx", "got_worker", "__weakref__",
+        "loader_id",
+        "multiprocess",
+        "epoch",
+        "batches",
+        "last_handout",
+        "ended",
+        "in_next",
+        "died",
+        "ref",
+        "wait_ns",
+        "got_idx",
+        "got_worker",
+        "__weakref__",
     )
 
     def __init__(self, loader_id: int, multiprocess: bool):
@@ -250,8 +261,13 @@ def _register_stack_dump() -> None:
                 old.close()
             except Exception:
                 pass
-        _note("process", ppid=os.getppid(), stack_signal=STACK_SIGNAL,
-              stack_file=path, argv=sys.argv[:16])
+        _note(
+            "process",
+            ppid=os.getppid(),
+            stack_signal=STACK_SIGNAL,
+            stack_file=path,
+            argv=sys.argv[:16],
+        )
     except Exception as e:
         _note("hook_error", where="stack_dump", error=f"{type(e).__name__}: {e}")
 
@@ -344,8 +360,9 @@ def _worker_begin(wi: _WorkerInit, worker_id) -> None:
     start_ns = _proc_start_ns()
     if _emit is not None:
         _emit(K_WORKER_START, wi.loader_id, wid, -1, 0, 0, os.getppid(), start_ns)
-    _note("worker_start", loader=wi.loader_id, worker=wid, ppid=os.getppid(),
-          proc_start_ns=start_ns)
+    _note(
+        "worker_start", loader=wi.loader_id, worker=wid, ppid=os.getppid(), proc_start_ns=start_ns
+    )
 
 
 def _late_worker_begin(wi: _WorkerInit, worker_id) -> None:
@@ -511,12 +528,24 @@ def _profile_record(profiler, loader, worker, idx, fetch_ns) -> None:
     by_cum = sorted(rows, key=lambda r: r[1], reverse=True)[:PROFILE_TOP]
     picked = {(r[3], r[4]): r for r in by_self + by_cum}
     functions = [
-        {"name": n, "location": loc, "self_ms": round(s * 1e3, 4),
-         "cumulative_ms": round(c * 1e3, 4), "calls": k}
+        {
+            "name": n,
+            "location": loc,
+            "self_ms": round(s * 1e3, 4),
+            "cumulative_ms": round(c * 1e3, 4),
+            "calls": k,
+        }
         for s, c, k, n, loc in sorted(picked.values(), key=lambda r: r[1], reverse=True)
     ]
-    _note("profile", loader=loader, worker=worker, index=idx, fetch_ns=fetch_ns,
-          profiled_fetches=1, functions=functions)
+    _note(
+        "profile",
+        loader=loader,
+        worker=worker,
+        index=idx,
+        fetch_ns=fetch_ns,
+        profiled_fetches=1,
+        functions=functions,
+    )
 
 
 def _make_fetch(orig):
@@ -563,8 +592,19 @@ def _make_fetch(orig):
             profiler.disable()
         _last_fetch[0] = t1 - t0
         count = _collate[1] if _collate[1] else 1
-        _emit(K_WORKER_BATCH, loader, worker, idx, count, t0, t1 - t0, _collate[0],
-              c1 - c0 if cpu else -1, _batch_bytes(data), 0 if profiler is None else B_PROFILED)
+        _emit(
+            K_WORKER_BATCH,
+            loader,
+            worker,
+            idx,
+            count,
+            t0,
+            t1 - t0,
+            _collate[0],
+            c1 - c0 if cpu else -1,
+            _batch_bytes(data),
+            0 if profiler is None else B_PROFILED,
+        )
         _worker["batches"] += 1
         if profiler is not None:
             try:
@@ -582,16 +622,26 @@ def _on_fetch_error(e: BaseException, loader, worker, idx, t0) -> None:
         import traceback
 
         tb = e.__traceback__
-        if tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename == _THIS_FILE:
+        if (
+            tb is not None
+            and tb.tb_next is not None
+            and tb.tb_frame.f_code.co_filename == _THIS_FILE
+        ):
             tb = tb.tb_next  # start at the user's side, as the loader's own report does
         try:
             message = str(e)
         except Exception:
             message = "<unprintable>"
         text = "".join(traceback.format_exception(type(e), e, tb))
-        _note("worker_exception", loader=loader, worker=worker, index=idx,
-              exc_type=f"{type(e).__module__}.{type(e).__qualname__}",
-              message=message[:4000], traceback=text[-16000:])
+        _note(
+            "worker_exception",
+            loader=loader,
+            worker=worker,
+            index=idx,
+            exc_type=f"{type(e).__module__}.{type(e).__qualname__}",
+            message=message[:4000],
+            traceback=text[-16000:],
+        )
     except Exception:
         pass
 
@@ -654,8 +704,19 @@ def _emit_iter_start(st: _IterState, loader, multiprocess: bool) -> None:
     )
     method = _start_method(loader) if num_workers > 0 else None
     timeout = getattr(loader, "timeout", 0) or 0
-    _emit(K_ITER_START, st.loader_id, num_workers, int(prefetch or 0), int(batch_size or 0), 0,
-          int(timeout * 1000), os.getpid(), START_METHODS.get(method, 0), st.epoch, flags)
+    _emit(
+        K_ITER_START,
+        st.loader_id,
+        num_workers,
+        int(prefetch or 0),
+        int(batch_size or 0),
+        0,
+        int(timeout * 1000),
+        os.getpid(),
+        START_METHODS.get(method, 0),
+        st.epoch,
+        flags,
+    )
     batches_per_epoch = None
     if not iterable:
         try:
@@ -664,18 +725,30 @@ def _emit_iter_start(st: _IterState, loader, multiprocess: bool) -> None:
             pass
     user_init = getattr(loader, "worker_init_fn", None)
     _note(
-        "iter_start", loader=st.loader_id, epoch=st.epoch,
+        "iter_start",
+        loader=st.loader_id,
+        epoch=st.epoch,
         iterator="multiprocess" if multiprocess else "single_process",
         dataset=_type_name(getattr(loader, "dataset", None)),
         dataset_kind="iterable" if iterable else "map",
-        collate_fn=_qualname(collate_fn), custom_collate=custom_collate,
+        collate_fn=_qualname(collate_fn),
+        custom_collate=custom_collate,
         sampler=_type_name(getattr(loader, "sampler", None)),
         batch_sampler=_type_name(getattr(loader, "batch_sampler", None)),
         worker_init_fn=_qualname(user_init),
-        num_workers=num_workers, batch_size=batch_size, prefetch_factor=prefetch,
-        pin_memory=pin_requested, pin_memory_effective=pin, persistent_workers=persistent,
-        in_order=in_order, drop_last=drop_last, timeout=timeout, start_method=method,
-        batches_per_epoch=batches_per_epoch, main_pid=os.getpid(), threads=_thread_facts(),
+        num_workers=num_workers,
+        batch_size=batch_size,
+        prefetch_factor=prefetch,
+        pin_memory=pin_requested,
+        pin_memory_effective=pin,
+        persistent_workers=persistent,
+        in_order=in_order,
+        drop_last=drop_last,
+        timeout=timeout,
+        start_method=method,
+        batches_per_epoch=batches_per_epoch,
+        main_pid=os.getpid(),
+        threads=_thread_facts(),
     )
 
 
@@ -782,12 +855,6 @@ def _make_reset(orig):
     return _reset
 
 
-def _pin_pop(data) -> int:
-    if not _pin_ns:
-        return -1
-    return _pin_ns.pop(id(data), -1)
-
-
 def _make_single_next(orig):
     def _next_data(self):
         st = _iters.get(id(self))
@@ -810,8 +877,17 @@ def _make_single_next(orig):
             _ctx[0], _ctx[1], _ctx[2] = saved
         t1 = _monotonic_ns()
         last = st.last_handout
-        _emit(K_MAIN_BATCH, st.loader_id, -1, st.batches, _collate[1], t0, t1 - t0,
-              t0 - last if last else -1, _pin_pop(data))
+        _emit(
+            K_MAIN_BATCH,
+            st.loader_id,
+            -1,
+            st.batches,
+            _collate[1],
+            t0,
+            t1 - t0,
+            t0 - last if last else -1,
+            _pin_ns.pop(id(data), -1) if _pin_ns else -1,
+        )
         st.batches += 1
         st.last_handout = t1
         return data
@@ -857,8 +933,17 @@ def _make_multi_next(orig):
         else:  # in_order=False handed out whatever arrived
             idx, worker = st.got_idx, st.got_worker
         last = st.last_handout
-        _emit(K_MAIN_BATCH, st.loader_id, worker, idx, 0, t0, st.wait_ns,
-              t0 - last if last else -1, _pin_pop(data))
+        _emit(
+            K_MAIN_BATCH,
+            st.loader_id,
+            worker,
+            idx,
+            0,
+            t0,
+            st.wait_ns,
+            t0 - last if last else -1,
+            _pin_ns.pop(id(data), -1) if _pin_ns else -1,
+        )
         st.batches += 1
         st.last_handout = t1
         return data
@@ -895,16 +980,33 @@ def _report_death(st: _IterState, worker_id: int, w, message: str) -> None:
     st.died.add(worker_id)
     pid = getattr(w, "pid", None)
     if _emit is not None:
-        _emit(K_WORKER_DIED, st.loader_id, worker_id, -1, 0, 0,
-              -1 if code is None else code, 0 if sig is None else sig, pid or 0)
+        _emit(
+            K_WORKER_DIED,
+            st.loader_id,
+            worker_id,
+            -1,
+            0,
+            0,
+            -1 if code is None else code,
+            0 if sig is None else sig,
+            pid or 0,
+        )
     sig_name = None
     if sig:
         try:
             sig_name = signal.Signals(sig).name
         except ValueError:
             sig_name = None
-    _note("worker_died", loader=st.loader_id, worker=worker_id, worker_pid=pid, exitcode=code,
-          signal=sig, signal_name=sig_name, message=message[:2000])
+    _note(
+        "worker_died",
+        loader=st.loader_id,
+        worker=worker_id,
+        worker_pid=pid,
+        exitcode=code,
+        signal=sig,
+        signal_name=sig_name,
+        message=message[:2000],
+    )
 
 
 def _on_death_error(it, e: BaseException) -> None:
@@ -1056,8 +1158,11 @@ def _patch_torch(dl) -> None:
     _patch(sig, "_error_if_any_worker_fails", _make_error_if_any_worker_fails, "signal_handling")
     if _missing:
         torch = mods.get("torch")
-        _note("hooks", missing=sorted(set(_missing)),
-              torch=getattr(torch, "__version__", None) if torch else None)
+        _note(
+            "hooks",
+            missing=sorted(set(_missing)),
+            torch=getattr(torch, "__version__", None) if torch else None,
+        )
 
 
 def on_dataloader_imported(module) -> None:
@@ -1151,7 +1256,11 @@ def uninstall() -> None:
     with _lock:
         for owner, name, orig, wrapper in reversed(_patches):
             try:
-                current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+                current = (
+                    owner.__dict__.get(name)
+                    if isinstance(owner, type)
+                    else getattr(owner, name, None)
+                )
                 if current is wrapper:
                     setattr(owner, name, orig)
             except Exception:
@@ -1164,7 +1273,7 @@ def uninstall() -> None:
             except ValueError:
                 pass
             _import_hook = None
-        for key, st in list(_iters.items()):
+        for st in list(_iters.values()):
             _iter_end(st, END_SHUTDOWN)
         _iters.clear()
         _worker_pids.clear()

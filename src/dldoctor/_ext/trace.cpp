@@ -76,7 +76,9 @@ EventRing* g_writer = nullptr;
 // getpid() is a syscall (~150 ns here); cache it and refresh it in forked children.
 std::atomic<uint32_t> g_pid{0};
 
-void refresh_pid() noexcept { g_pid.store(static_cast<uint32_t>(::getpid()), std::memory_order_relaxed); }
+void refresh_pid() noexcept {
+  g_pid.store(static_cast<uint32_t>(::getpid()), std::memory_order_relaxed);
+}
 
 bool writer_open(const std::string& path) {
   if (g_writer != nullptr && g_writer->path() == path) return true;

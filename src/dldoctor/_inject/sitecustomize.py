@@ -23,10 +23,19 @@ def _dldoctor_inject():
             import json
             import time
 
-            line = json.dumps({"type": "inject_error", "pid": os.getpid(),
-                               "t_ns": time.monotonic_ns(), "error": error})
-            fd = os.open(os.path.join(run_dir, f"side-{os.getpid()}.jsonl"),
-                         os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            line = json.dumps(
+                {
+                    "type": "inject_error",
+                    "pid": os.getpid(),
+                    "t_ns": time.monotonic_ns(),
+                    "error": error,
+                }
+            )
+            fd = os.open(
+                os.path.join(run_dir, f"side-{os.getpid()}.jsonl"),
+                os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                0o600,
+            )
             try:
                 os.write(fd, (line + "\n").encode("utf-8", "replace"))
             finally:
@@ -34,17 +43,22 @@ def _dldoctor_inject():
         except Exception:
             pass
 
-    def same_dir(entry, real_here=os.path.realpath(here)):
+    real_here = os.path.realpath(here)
+
+    def same_dir(entry, target=None):
         try:
-            return entry and os.path.realpath(entry) == real_here
+            return bool(entry) and os.path.realpath(entry) == (target or real_here)
         except Exception:
             return False
 
     # Our directory served its purpose (finding this file); the user's PYTHONPATH entries stay,
     # and PYTHONPATH itself is untouched so child processes are instrumented too.
     try:
-        sys.path[:] = [p for p in sys.path if not (os.path.basename(p.rstrip("/")) == "_inject"
-                                                   and same_dir(p))]
+        sys.path[:] = [
+            p
+            for p in sys.path
+            if not (os.path.basename(p.rstrip("/")) == "_inject" and same_dir(p))
+        ]
     except Exception:
         pass
 
@@ -75,8 +89,10 @@ def _dldoctor_inject():
                     import importlib.util
 
                     spec = importlib.util.spec_from_file_location(
-                        "dldoctor", os.path.join(pkg_dir, "__init__.py"),
-                        submodule_search_locations=[pkg_dir])
+                        "dldoctor",
+                        os.path.join(pkg_dir, "__init__.py"),
+                        submodule_search_locations=[pkg_dir],
+                    )
                 return spec
             if spec is None or spec.loader is None:
                 return spec
@@ -137,7 +153,8 @@ def _dldoctor_inject():
             else:
                 sys.stderr.write(
                     "Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
-                    f"{err.__class__.__name__}: {err}\n")
+                    f"{err.__class__.__name__}: {err}\n"
+                )
     except Exception as e:
         note(f"chaining to sitecustomize failed: {type(e).__name__}: {e}")
 

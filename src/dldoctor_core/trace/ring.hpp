@@ -83,7 +83,9 @@ class EventRing {
   /// Pid of the process that created the ring.
   uint32_t watcher_pid() const noexcept;
   /// How long the reader waits for an unpublished slot before skipping it.
-  void set_stall_timeout(std::chrono::nanoseconds timeout) noexcept { stall_timeout_ns_ = timeout.count(); }
+  void set_stall_timeout(std::chrono::nanoseconds timeout) noexcept {
+    stall_timeout_ns_ = timeout.count();
+  }
   /// True while mapped (false after being moved from).
   bool valid() const noexcept { return header_ != nullptr; }
 
