@@ -184,19 +184,22 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
   last_majflt_ = stat->major_faults;
 
   // Slow sources (but smaps_rollup, which the sampler schedules): due on every slow_every-th
-  // pass, staggered by pid so that a large tree's cost spreads over the passes; always on a
-  // process's first read. On this kind of machine a /proc read costs 2-9 us with the caches
-  // cold, as they are at 10 Hz; stat and schedstat every pass already take most of the 1%
-  // budget for 64 workers, so io (whose rates mean as much over a second) is read here too.
-  const int every = ctx.slow_every > 1 ? ctx.slow_every : 1;
-  const bool slow = reads_ == 1 || (ctx.pass + uint64_t(pid_)) % uint64_t(every) == 0;
-  if (slow) read_slow(ctx, t_ns, stat->state);
+  // pass, staggered by pid so that a large tree's cost spreads over the passes; the rarest
+  // (fd count) on every kRareEvery-th of those; all on a process's first read. With the caches
+  // cold, as they are at 10 Hz, a /proc read costs 2-15 us on this kind of machine (status 14,
+  // fd listing 9, wchan 5, io 4, stat 6, schedstat 2); stat and schedstat every pass already
+  // take half the 1% budget for 64 workers.
+  const uint64_t every = uint64_t(ctx.slow_every > 1 ? ctx.slow_every : 1);
+  const uint64_t phase = ctx.pass + uint64_t(pid_);
+  const bool slow = reads_ == 1 || phase % every == 0;
+  const bool rare = reads_ == 1 || phase % (every * kRareEvery) == 0;
+  if (slow) read_slow(ctx, t_ns, rare);
   // The wait channel of a D-state process (storage, NFS) matters at every pass; that of a
-  // sleeper changes rarely and is refreshed with the slow sources; a runner has none.
+  // sleeper changes rarely and is refreshed on rare passes; a runner has none.
   if (stat->state == 'R') {
     wchan_.clear();
     wchan_fresh_ = false;
-  } else if (!slow && (stat->state == 'D' || !wchan_fresh_)) {
+  } else if (stat->state == 'D' || !wchan_fresh_ || rare) {
     wchan_ = read_wchan(ctx.buf);
     wchan_fresh_ = true;
   }
@@ -216,7 +219,7 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
   return ReadStatus::ok;
 }
 
-void ProcessReader::read_slow(PassContext& ctx, int64_t t_ns, char state) {
+void ProcessReader::read_slow(PassContext& ctx, int64_t t_ns, bool rare) {
   if (!slow_opened_) {
     status_ = ProcFile(proc_path(pid_, "status"), &ctx.budget, Records::one, true);
     io_file_ = ProcFile(proc_path(pid_, "io"), &ctx.budget, Records::one, true);
@@ -244,12 +247,7 @@ void ProcessReader::read_slow(PassContext& ctx, int64_t t_ns, char state) {
   status_rss_bytes_ = status.rss_bytes;
   last_slow_t_ns_ = t_ns;
 
-  open_fds_ = fd_dir_.count(ctx.buf);
-
-  if (state != 'R') {
-    wchan_ = read_wchan(ctx.buf);
-    wchan_fresh_ = true;
-  }
+  if (rare) open_fds_ = fd_dir_.count(ctx.buf);
 }
 
 int64_t ProcessReader::read_smaps(ReadBuffer& buf, uint64_t pass, ProcessSample& out) {

@@ -21,7 +21,8 @@ struct PassContext {
   FdBudget& budget;         ///< descriptors that may be kept open
   uint64_t pass = 0;        ///< this sampler's pass number, from 1
   bool threads = false;     ///< fill ProcessSample::threads
-  int slow_every = 10;      ///< status, io, fd count, wchan of sleepers: every Nth pass
+  int slow_every = 10;      ///< status and io every Nth pass; fd count and the wait channel of
+                            ///< sleepers every 5N-th
   std::vector<int> tids{};  ///< scratch for thread ids
 };
 
@@ -62,8 +63,13 @@ class ProcessReader {
   void list_threads(PassContext& ctx, int64_t num_threads);
   /// The wait channel, read now.
   std::string read_wchan(ReadBuffer& buf);
-  /// Reads the slow sources (status, io, fd, wchan) and keeps their values for later passes.
-  void read_slow(PassContext& ctx, int64_t t_ns, char state);
+  /// Reads the slow sources (status, io; the fd count too when `rare`) and keeps their values
+  /// for later passes.
+  void read_slow(PassContext& ctx, int64_t t_ns, bool rare);
+
+  /// Slow passes per rare one (fd count, wait channel of a sleeper): they change seldom, and
+  /// the fd_limit and hang questions they answer are asked over tens of seconds.
+  static constexpr uint64_t kRareEvery = 5;
 
   int pid_;
   ProcFile stat_;

@@ -18,14 +18,16 @@ namespace dldoctor::sample {
 /// How a Sampler samples.
 struct SamplerOptions {
   int64_t interval_ns = 100'000'000;  ///< between the starts of two passes
-  int smaps_every = 10;   ///< smaps_rollup, status (context switches), io, fd count and the
-                          ///< wait channel of sleepers are read every Nth pass of a process,
-                          ///< and meminfo, /dev/shm, swap and PSI every Nth pass; between, the
-                          ///< last values (and rates over the last such window) are repeated
-  double smaps_budget_pct = 0.15;  ///< smaps_rollup walks every mapped page (~4 ms for a process
-                                  ///< that imported torch): its reads may use at most this % of
-                                  ///< one core on average, so large processes are read less
-                                  ///< often than every smaps_every passes; <= 0: no cap
+  int smaps_every = 10;   ///< smaps_rollup, status (context switches) and io are read every
+                          ///< Nth pass of a process, its fd count and the wait channel of a
+                          ///< sleeper every 5N-th; /proc/stat, meminfo, /dev/shm, swap, PSI and
+                          ///< the /proc listing (new members) every Nth pass; between, the last
+                          ///< values (and rates over the last such window) are repeated
+  double smaps_budget_pct = 0.1;  ///< smaps_rollup walks every mapped page (~0.2 ms for a python
+                                  ///< worker, ~4 ms for a process that imported torch): its reads
+                                  ///< may use at most this % of one core on average, so large
+                                  ///< processes are read less often than every smaps_every
+                                  ///< passes; <= 0: no cap
   bool threads = false;   ///< fill ProcessSample::threads
   size_t capacity = 600;  ///< snapshots kept in the history ring (a minute at 10 Hz)
   int max_kept_fds = -1;  ///< /proc descriptors kept open between passes; -1: a quarter of

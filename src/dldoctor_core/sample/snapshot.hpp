@@ -40,12 +40,13 @@ struct ProcessSample {
   std::optional<int64_t> read_bytes_total;
   std::optional<int64_t> rchar_total;
   std::optional<int64_t> cpu_ns_total;     ///< utime+stime so far
-  std::optional<int64_t> open_fds;         ///< entries in /proc/pid/fd (slow)
+  std::optional<int64_t> open_fds;         ///< entries in /proc/pid/fd (every 5th slow pass)
   std::optional<double> minor_faults_per_s;  ///< from stat: copy-on-write breaks and first
                                              ///< touches of memory (cheap, every pass)
   std::optional<double> major_faults_per_s;  ///< faults that had to read from storage (mmap)
   std::string wchan;                      ///< kernel function it sleeps in ("" running/unknown;
-                                          ///< every pass in D state, slow in S)
+                                          ///< every pass in D state, every 5th slow
+                                          ///< pass while it sleeps in S)
   std::vector<ThreadSample> threads;      ///< filled when thread sampling is on
 };
 
