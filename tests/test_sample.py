@@ -166,6 +166,15 @@ def test_threads_are_listed_when_thread_sampling_is_on():
         assert len(tids) == 4 and child.pid in tids
         for t in p["threads"]:
             assert t["state"] == "S" and t["cpu_pct"] is not None and t["cpu_pct"] < 5
+        # A single-threaded process is its own one thread.
+        sleeper = spawn("sleep", "30", start_new_session=True)
+        try:
+            one = root_of(over(_ext.Sampler(sleeper.pid, threads=True), 0.02), sleeper.pid)
+            assert [(t["tid"], t["state"], t["comm"]) for t in one["threads"]] == [
+                (sleeper.pid, "S", "sleep")
+            ]
+        finally:
+            end(sleeper)
         # The process's run-queue figure is summed over its threads even without the list.
         without = _ext.Sampler(child.pid, threads=False)
         q = root_of(over(without, 0.05), child.pid)

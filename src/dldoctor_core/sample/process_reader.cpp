@@ -62,7 +62,7 @@ ProcessReader::ProcessReader(int pid, FdBudget& budget)
 
 void ProcessReader::list_threads(PassContext& ctx, int64_t num_threads) {
   ctx.tids.clear();
-  if (!ctx.threads && num_threads <= 1) {
+  if (num_threads <= 1) {
     ctx.tids.push_back(pid_);  // one thread: the main thread's own file is the whole process
     return;
   }
@@ -95,7 +95,7 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
   out.pid = pid_;
   out.ppid = stat->ppid;
   out.state = stat->state;
-  out.comm = std::move(stat->comm);
+  out.comm = stat->comm;
   out.num_threads = int(stat->num_threads.value_or(0));
   const auto ticks = sum(stat->utime_ticks, stat->stime_ticks);
   if (ticks) out.cpu_ns_total = *ticks * tick_ns();
@@ -137,9 +137,16 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
     }
     if (!ctx.threads) continue;
 
-    if (fresh) th.stat = ProcFile(task_path(pid_, tid, "stat"), &ctx.budget, Records::one, true);
-    auto tstat_text = th.stat.read(ctx.buf);
-    auto tstat = tstat_text ? parse_stat(*tstat_text) : std::nullopt;
+    // A process of one thread is its own thread: its stat says all (and saves a read).
+    std::optional<StatFields> tstat;
+    if (ctx.tids.size() == 1 && tid == pid_ && out.num_threads <= 1) {
+      tstat = *stat;
+    } else {
+      if (!th.stat.kept_open() && th.stat.path().empty()) {
+        th.stat = ProcFile(task_path(pid_, tid, "stat"), &ctx.budget, Records::one, true);
+      }
+      if (auto text = th.stat.read(ctx.buf)) tstat = parse_stat(*text);
+    }
     if (!tstat) continue;  // the thread ended between the listing and the read
     ThreadSample ts;
     ts.tid = tid;
