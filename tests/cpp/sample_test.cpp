@@ -348,6 +348,21 @@ TEST(SampleSampler, ThreadRunsCallbackAndBoundedHistory) {
   EXPECT_GT(sampler.cost_ns_total(), 0);
 }
 
+TEST(SampleSampler, StopFromTheCallbackEndsTheThread) {
+  Sampler sampler(getpid(), SamplerOptions{.interval_ns = 1'000'000});
+  std::atomic<int> calls{0};
+  sampler.set_callback([&](const Snapshot&) {
+    ++calls;
+    sampler.stop();
+  });
+  sampler.start();
+  while (calls.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(calls.load(), 1);
+  sampler.stop();
+  EXPECT_FALSE(sampler.running());
+}
+
 TEST(SampleSampler, MissingRootIsAnError) {
   EXPECT_THROW(Sampler(0), dldoctor::Error);
   EXPECT_THROW(Sampler(1 << 30), dldoctor::Error);

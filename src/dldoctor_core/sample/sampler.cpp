@@ -236,6 +236,9 @@ void Sampler::stop() {
   {
     std::lock_guard lock(state_->run_mutex);
     state_->stop_requested = true;
+    // From the callback, on the sampling thread itself: it ends after the callback returns,
+    // and a later stop() or the destructor joins it.
+    if (state_->thread.get_id() == std::this_thread::get_id()) return;
     thread = std::move(state_->thread);
   }
   state_->wake.notify_all();

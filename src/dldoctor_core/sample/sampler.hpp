@@ -50,7 +50,8 @@ class Sampler {
 
   /// Starts the sampling thread; does nothing when it runs already.
   void start();
-  /// Stops and joins the sampling thread; returns within about one pass.
+  /// Stops and joins the sampling thread; returns within about one pass. Called from the
+  /// callback, it only asks the thread to end (joined by a later stop() or the destructor).
   void stop();
   /// Whether the sampling thread runs.
   bool running() const;
