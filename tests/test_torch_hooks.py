@@ -108,9 +108,11 @@ JOB = textwrap.dedent(
                 raise ValueError("bad sample 6")
             return super().__getitem__(i)
 
+    # Workers die on the first sample: a worker dying while the main process is receiving an
+    # earlier batch's file descriptors fails that transfer with ConnectionResetError instead.
     class Dies(Base):
         def __getitem__(self, i):
-            if i == 5:
+            if i == 0:
                 os.kill(os.getpid(), signal.SIGKILL)
             return super().__getitem__(i)
 
@@ -424,6 +426,28 @@ def test_worker_killed_by_a_signal_is_reported(job):
     assert "DataLoader worker" in job.result["dies"] and str(died.v2) in job.result["dies"]
 
 
+def test_exit_status_of_dead_workers_without_reaping_them():
+    # A worker that exits with a code is seen by PyTorch only after its 5 s poll when the
+    # SIGCHLD lands on another thread, so this is checked on plain processes.
+    import multiprocessing as mp
+    import signal
+    import time
+
+    ctx = mp.get_context("fork")
+    exited = ctx.Process(target=os._exit, args=(3,))
+    killed = ctx.Process(target=time.sleep, args=(60,))
+    exited.start()
+    killed.start()
+    os.kill(killed.pid, signal.SIGKILL)
+    for p in (exited, killed):  # wait for the exit without reaping (as PyTorch's handler)
+        while os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            time.sleep(0.01)
+    assert torch_hooks._exit_status(exited) == (3, None)
+    assert torch_hooks._exit_status(killed) == (None, signal.SIGKILL)
+    assert exited.exitcode == 3 and killed.exitcode == -signal.SIGKILL  # still reapable
+    assert torch_hooks._exit_status(exited) == (3, None)  # from multiprocessing's record now
+
+
 def test_sampled_profile_names_the_hot_function(job):
     lid = loader_of(job, "Profiled")
     batches = events(job, lid, K.K_WORKER_BATCH)
@@ -635,3 +659,54 @@ def test_install_before_torch_import_and_uninstrumented_spawned_worker(tmp_path)
     assert [e.index for e in fetches] == [0, 1]  # the batch index, read from the worker loop
     assert all(e.pid == start.pid and e.worker == 0 for e in fetches)
     assert sorted(e.index for e in evs if e.kind == K.K_MAIN_BATCH) == [0, 1]
+
+
+def test_in_process_fork_workers(in_process):
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(
+        list(range(12)), batch_size=4, num_workers=1, multiprocessing_context="fork"
+    )
+    assert [b.tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    evs = [Event(*e) for e in in_process.drain()]
+    fetches = [e for e in evs if e.kind == K.K_WORKER_BATCH]
+    assert [e.index for e in fetches] == [0, 1, 2] and {e.pid for e in fetches} != {os.getpid()}
+    assert [e.index for e in evs if e.kind == K.K_MAIN_BATCH] == [0, 1, 2]
+    assert [e.kind for e in evs].count(K.K_WORKER_EXIT) == 1
+
+
+def test_pin_memory_time_is_measured_once_per_batch(in_process):
+    pin = torch.utils.data._utils.pin_memory.pin_memory
+    assert pin.__dldoctor_orig__ is not None
+
+    class Pinnable:  # what pin_memory() calls on objects that know how to pin themselves
+        def pin_memory(self):
+            return self
+
+    batch = [Pinnable(), {"a": Pinnable(), "b": (Pinnable(), "text")}]
+    torch_hooks._pin_ns.clear()
+    out = pin(batch)
+    assert out == batch and out is not batch  # PyTorch copies the containers
+    assert list(torch_hooks._pin_ns) == [id(out)]  # the outer call only, not each element
+    assert torch_hooks._pin_ns[id(out)] > 0
+    torch_hooks._pin_ns.clear()
+
+
+def test_python_dash_m_from_a_shell_script_is_instrumented(tmp_path):
+    pkg = tmp_path / "jobpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text(
+        "import os, torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "print(os.getpid(), len(list(DataLoader(list(range(6)), batch_size=2))))\n"
+    )
+    script = tmp_path / "train.sh"
+    script.write_text(f'#!/bin/sh\ncd "{tmp_path}" && exec "{sys.executable}" -m jobpkg\n')
+    script.chmod(0o755)
+    run = run_watched([str(script)], tmp_path / "run")
+    assert run.proc.returncode == 0, run.proc.stderr[-3000:]
+    pid, batches = map(int, run.proc.stdout.split())
+    assert batches == 3
+    main = [e for e in run.events if e.kind == K.K_MAIN_BATCH]
+    assert [e.index for e in main] == [0, 1, 2] and {e.pid for e in main} == {pid}
