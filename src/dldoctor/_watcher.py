@@ -62,13 +62,24 @@ class SideLogTail:
 class Watcher:
     """Owns one run's ring, monitor and side logs."""
 
-    def __init__(self, keep_run_dir: bool = False):
+    def __init__(self, keep_run_dir: bool = False, hang_timeout_s: float | None = None):
         from . import _ext
 
+        if hang_timeout_s is not None and not hang_timeout_s > 0:
+            raise DldoctorError(
+                f"--hang-timeout must be a positive number of seconds, not {hang_timeout_s}"
+            )
         self.run_dir = tempfile.mkdtemp(prefix="dldoctor-")
         self.ring_path = os.path.join(self.run_dir, "events.ring")
         self.keep_run_dir = keep_run_dir or bool(os.environ.get("DLDOCTOR_KEEP_RUN_DIR"))
-        self.monitor = _ext.Monitor(self.ring_path, RING_CAPACITY, SAMPLE_INTERVAL_S)
+        self.monitor = _ext.Monitor(
+            self.ring_path,
+            RING_CAPACITY,
+            SAMPLE_INTERVAL_S,
+            run_dir=self.run_dir,
+            hang_timeout_s=hang_timeout_s,
+        )
+        self._hangs_seen = 0
         self.side = SideLogTail(self.run_dir)
         self.side_records: list[dict] = []
         self.facts: dict = {}
@@ -105,6 +116,16 @@ class Watcher:
         """Feed new side-log records (profiles of __getitem__, exceptions) to the analyzer."""
         for rec in self.side.poll():
             self.side_records.append(rec)
+            if rec.get("type") == "iter_start" and rec.get("loader") is not None:
+                threads = rec.get("threads") or {}
+                names = list(threads.get("non_daemon") or []) + list(threads.get("daemon") or [])
+                self.monitor.set_loader_notes(
+                    int(rec["loader"]),
+                    collate_fn=(rec.get("collate_fn") or "") if rec.get("custom_collate") else "",
+                    worker_init_fn=rec.get("worker_init_fn") or "",
+                    main_threads=threads.get("active"),
+                    main_thread_names=[str(n) for n in names],
+                )
             if rec.get("type") == "profile" and rec.get("loader") is not None:
                 functions = [f for f in rec.get("functions") or [] if _user_function(f)]
                 self.monitor.add_hot_functions(int(rec["loader"]), functions)
@@ -125,11 +146,37 @@ class Watcher:
         self._first_named = verdict
         return top
 
+    def new_hang(self) -> dict | None:
+        """The hang doctor's newest capture and findings, once per hang."""
+        n = self.monitor.hangs
+        if n <= self._hangs_seen:
+            return None
+        self._hangs_seen = n
+        return self.monitor.last_hang()
+
+    def hang_report(self, command=None) -> _report.Report:
+        """A report written at a hang, while the job is still stuck."""
+        report = self._build(command=command, exit_code=None)
+        report.notes.append("the job was still stuck when this report was written")
+        return report
+
     # -- end -------------------------------------------------------------------------
     def finish(self, command=None, exit_code=None) -> _report.Report:
         self.monitor.stop()
         self.poll()
-        findings = _report.sort_findings(self.monitor.findings(True))
+        return self._build(command, exit_code)
+
+    def _build(self, command, exit_code) -> _report.Report:
+        findings = list(self.monitor.findings(True))
+        hang = self.monitor.last_hang()
+        if hang is not None:
+            # A hang's diagnosis leads: nothing else matters while no batch comes.
+            hang_ids = {f["id"] for f in hang["findings"]}
+            findings = [f for f in findings if f["id"] not in hang_ids] + list(hang["findings"])
+            for f in hang["findings"]:
+                if f.get("severity") == "critical":
+                    f["score"] = 1e9 + float(f.get("score") or 0)
+        findings = _report.sort_findings(findings)
         loaders = self.monitor.loaders()
         report = _report.Report(
             verdict=_report.verdict_of(findings),
@@ -138,9 +185,10 @@ class Watcher:
             loaders=loaders,
             command=list(command) if command is not None else None,
             exit_code=exit_code,
+            hang=_hang_section(hang, self.monitor.hang_timeout_s) if hang else None,
         )
         report.notes.extend(getattr(self, "notes_extra", []))
-        if not loaders:
+        if not loaders and hang is None:
             report.verdict = "unknown"
             report.notes.append("no DataLoader was seen in this job: nothing to diagnose")
         dropped = self.monitor.dropped
@@ -175,6 +223,13 @@ def _user_function(f: dict) -> bool:
     if "<listcomp>" in name or "<genexpr>" in name:
         return False
     return not any(p in where for p in _FRAMEWORK_PATHS)
+
+
+def _hang_section(hang: dict, timeout_s: float) -> dict:
+    snap = hang.get("snapshot") or {}
+    crit = [f for f in hang.get("findings") or [] if f.get("severity") == "critical"]
+    summary = crit[0]["title"] if crit else "no batch for the hang timeout"
+    return {"summary": summary, "timeout_s": timeout_s, "snapshot": snap}
 
 
 def command_not_found(cmd0: str) -> DldoctorError:

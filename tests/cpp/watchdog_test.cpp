@@ -797,3 +797,31 @@ TEST(WatchdogCheck, LateStallWaitsForACpuWindow) {
   ASSERT_TRUE(snap.has_value());
   EXPECT_GE(snap->processes[0].cpu_window_s, 0.2);
 }
+
+TEST(WatchdogCheck, BusyWorkersWithNothingStuckAreSlowNotHung) {
+  // A worker still starting (importing torch under spawn) uses CPU and holds no stuck stack:
+  // no hang is reported for it, and the watchdog looks again one timeout later.
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    volatile uint64_t x = 0;
+    for (;;) x = x + 1;  // busy until killed
+  }
+  const int64_t t0 = dldoctor::now_ns();
+  wd::WatchState state;
+  state.loader_active = true;
+  state.last_batch_ns = t0;
+  state.processes.push_back({child, 1, 0, {}, {}});
+  wd::WatchdogOptions opts;
+  opts.timeout_override_s = 0.2;
+  opts.min_cpu_window_ns = 300'000'000;
+  wd::Watchdog dog(opts, [&] { return state; });
+  EXPECT_FALSE(dog.check(t0 + int64_t(0.1e9)));  // marks the CPU at the stall's start
+  EXPECT_FALSE(dog.check(dldoctor::now_ns() + int64_t(0.5e9)));  // due, but the worker works
+  EXPECT_EQ(dog.hangs(), 0);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  // Once it is gone, the next look after the deferral reports the stall.
+  EXPECT_TRUE(dog.check(dldoctor::now_ns() + int64_t(2e9)));
+  EXPECT_EQ(dog.hangs(), 1);
+}

@@ -5,7 +5,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <nanobind/stl/optional.h>
+
 #include "analyze_convert.hpp"
+#include "watchdog_convert.hpp"
 #include "register.hpp"
 
 namespace nb = nanobind;
@@ -17,16 +20,20 @@ void register_monitor(nb::module_& m) {
   nb::class_<Monitor>(m, "Monitor")
       .def(
           "__init__",
-          [](Monitor* self, const std::string& ring_path, uint32_t capacity, double interval_s) {
+          [](Monitor* self, const std::string& ring_path, uint32_t capacity, double interval_s,
+             const std::string& run_dir, std::optional<double> hang_timeout_s) {
             monitor::MonitorOptions opts;
             opts.sample_interval_s = interval_s;
+            opts.run_dir = run_dir;
+            opts.hang_timeout_s = hang_timeout_s;
             new (self) Monitor(ring_path, capacity, opts);
           },
-          nb::arg("ring_path"), nb::arg("capacity") = 1u << 16, nb::arg("interval_s") = 0.1)
+          nb::arg("ring_path"), nb::arg("capacity") = 1u << 16, nb::arg("interval_s") = 0.1,
+          nb::arg("run_dir") = "", nb::arg("hang_timeout_s") = nb::none())
       .def("start", &Monitor::start, nb::arg("root_pid"), nb::call_guard<nb::gil_scoped_release>())
       .def("stop", &Monitor::stop, nb::call_guard<nb::gil_scoped_release>())
       .def("set_facts",
-           [](Monitor& self, nb::handle facts) { self.session().set_facts(facts_from_dict(facts)); })
+           [](Monitor& self, nb::handle facts) { self.set_facts(facts_from_dict(facts)); })
       .def("set_data_storage",
            [](Monitor& self, nb::handle storage) {
              self.session().set_data_storage(storage_from_dict(storage));
@@ -57,6 +64,30 @@ void register_monitor(nb::module_& m) {
              }
              return loader_summaries_to_list(ls);
            })
+      .def("set_loader_notes",
+           [](Monitor& self, uint16_t loader, const std::string& collate_fn,
+              const std::string& worker_init_fn, std::optional<int> main_threads,
+              std::vector<std::string> names) {
+             monitor::LoaderNotes n;
+             n.collate_fn = collate_fn;
+             n.worker_init_fn = worker_init_fn;
+             n.main_threads = main_threads;
+             n.main_thread_names = std::move(names);
+             self.set_loader_notes(loader, std::move(n));
+           },
+           nb::arg("loader"), nb::arg("collate_fn") = "", nb::arg("worker_init_fn") = "",
+           nb::arg("main_threads") = nb::none(), nb::arg("main_thread_names") = std::vector<std::string>{})
+      .def("last_hang",
+           [](Monitor& self) -> nb::object {
+             auto snap = self.last_hang();
+             if (!snap) return nb::none();
+             nb::dict d;
+             d["snapshot"] = hang_snapshot_to_dict(*snap);
+             d["findings"] = hang_findings_to_list(self.last_hang_findings());
+             return d;
+           })
+      .def_prop_ro("hangs", &Monitor::hangs)
+      .def_prop_ro("hang_timeout_s", &Monitor::hang_timeout_s)
       .def_prop_ro("events_seen", &Monitor::events_seen)
       .def_prop_ro("dropped", [](Monitor& self) { return self.ring().dropped(); })
       .def_prop_ro("last_batch_ns", &Monitor::last_batch_ns);

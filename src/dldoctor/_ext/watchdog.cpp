@@ -20,6 +20,7 @@
 #include "dldoctor_core/watchdog/stack.hpp"
 #include "dldoctor_core/watchdog/watchdog.hpp"
 #include "register.hpp"
+#include "watchdog_convert.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -462,6 +463,9 @@ void stop_all_watchdogs() {
 }
 
 }  // namespace
+
+nb::dict hang_snapshot_to_dict(const watchdog::HangSnapshot& s) { return snapshot_dict(s); }
+nb::list hang_findings_to_list(const std::vector<report::Finding>& f) { return findings_list(f); }
 
 void register_watchdog(nb::module_& m) {
   m.def("hang_stack_signal", &wd::default_stack_signal,

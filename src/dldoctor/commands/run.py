@@ -12,6 +12,10 @@ import time
 from ..errors import DldoctorError
 
 POLL_S = 0.25  # how often the watcher reads side logs and the streaming verdict
+# `--on-hang abort` ends the job and exits with this code, as timeout(1) does for a command
+# it had to stop: the job's own code would not say that it was ended from outside.
+HANG_ABORT_EXIT = 124
+ABORT_GRACE_S = 3.0  # SIGTERM first, so the job can clean up; SIGKILL after this
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
@@ -31,7 +35,8 @@ class Command:
             "--on-hang",
             choices=("report", "abort"),
             default="report",
-            help="report: print the diagnosis and keep waiting (default); abort: also end the job",
+            help="report: print the diagnosis and keep waiting (default); "
+            f"abort: also end the job and exit {HANG_ABORT_EXIT}",
         )
         parser.add_argument("--live", action="store_true", help="a top-like view while it runs")
         parser.add_argument("-q", "--quiet", action="store_true", help="no early notices")
@@ -57,6 +62,7 @@ class JobRun:
         self.tty_fd: int | None = None
         self._old_handlers: dict = {}
         self._signals_seen = 0
+        self.aborted = False
 
     # -- the job's process group and the terminal -----------------------------------------
     def _spawn(self, env: dict) -> subprocess.Popen:
@@ -128,7 +134,7 @@ class JobRun:
         from .._watcher import Watcher
         from ..reporters import terminal
 
-        watcher = Watcher()
+        watcher = Watcher(hang_timeout_s=self.args.hang_timeout)
         try:
             watcher.collect_facts()
             self._install_handlers()
@@ -138,10 +144,14 @@ class JobRun:
             code = self._wait(watcher)
             self._take_terminal_back()
             report = watcher.finish(command=self.cmd, exit_code=code)
+            if self.aborted:
+                report.notes.append(
+                    f"dldoctor ended the job after the hang (--on-hang abort): exit {HANG_ABORT_EXIT}"
+                )
             terminal.print_report(report)
             if self.args.json:
                 report.write_json(self.args.json)
-            return code
+            return HANG_ABORT_EXIT if self.aborted else code
         finally:
             self._take_terminal_back()
             self._restore_handlers()
@@ -153,6 +163,34 @@ class JobRun:
                 self.child.wait()
             watcher.cleanup()
 
+    def _on_hang(self, watcher) -> None:
+        """Print the hang diagnosis (and the report so far) now: the job may never end."""
+        from ..reporters import terminal
+
+        report = watcher.hang_report(command=self.cmd)
+        print("dldoctor: no batch for the hang timeout; the job is stuck", file=sys.stderr)
+        if self.args.json:
+            report.write_json(self.args.json)
+        if self.args.on_hang == "abort" and self.child is not None:  # the final report follows
+            self.aborted = True
+            print(
+                f"dldoctor: ending the job (--on-hang abort), exit code {HANG_ABORT_EXIT}",
+                file=sys.stderr,
+            )
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(self.child.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.child.wait(timeout=ABORT_GRACE_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        else:
+            terminal.print_report(report)
+            print("dldoctor: still waiting (--on-hang report); Ctrl-C to stop", file=sys.stderr)
+
     def _wait(self, watcher) -> int:
         assert self.child is not None
         start = time.monotonic()
@@ -163,6 +201,10 @@ class JobRun:
             except subprocess.TimeoutExpired:
                 pass
             watcher.poll()
+            hang = watcher.new_hang()
+            if hang is not None:
+                self._on_hang(watcher)
+                continue
             top = watcher.newly_named()
             if top is not None and not self.args.quiet:
                 print(

@@ -20,7 +20,9 @@ std::string stage_of(const Suspect& s, const watchdog::LoaderContext* loader) {
   if (deadlocked_in_collate(r)) return "";
   switch (r.place) {
     case Place::kGetitem: return "getitem";
-    case Place::kWorkerInit: return "worker_init";
+    // Starting up with CPU progress (imports, unpickling the dataset under spawn) is slow,
+    // not stuck: the watchdog looks again one timeout later.
+    case Place::kWorkerInit: return r.busy ? "" : "worker_init";
     case Place::kCollate: return "collate";
     case Place::kSending:
     case Place::kOther: return p.worker >= 0 ? "other" : "";

@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -15,6 +17,7 @@
 #include "dldoctor_core/sample/sampler.hpp"
 #include "dldoctor_core/system/facts.hpp"
 #include "dldoctor_core/trace/ring.hpp"
+#include "dldoctor_core/watchdog/watchdog.hpp"
 
 namespace dldoctor::monitor {
 
@@ -22,6 +25,16 @@ namespace dldoctor::monitor {
 struct MonitorOptions {
   double sample_interval_s = 0.1;  ///< /proc sampling period (DESIGN.md section 3)
   int drain_interval_ms = 20;      ///< how often the ring is drained into the analyzer
+  std::string run_dir;             ///< where the job's processes dump their stacks
+  std::optional<double> hang_timeout_s;  ///< --hang-timeout; empty: adaptive (>= 60 s)
+};
+
+/// What the main process told the side log about a loader (strings the ring cannot carry).
+struct LoaderNotes {
+  std::string collate_fn;       ///< qualname when custom, "" for torch's default
+  std::string worker_init_fn;   ///< qualname, "" none
+  std::optional<int> main_threads;  ///< Python threads alive when its workers started
+  std::vector<std::string> main_thread_names;
 };
 
 /// Owns a run's event ring (as its reader), the sampler and the analyzer session.
@@ -38,6 +51,19 @@ class Monitor {
   /// Stops both threads and drains what is left; idempotent.
   void stop();
 
+  /// Machine facts as the watcher sees them; the CPUs are narrowed to the job's own
+  /// affinity once its main process is known (a job may pin itself with taskset or
+  /// sched_setaffinity, and the watcher's affinity says nothing about that).
+  void set_facts(const system::Facts& facts);
+  /// Strings about a loader from the side log, for the hang doctor's context.
+  void set_loader_notes(uint16_t loader, LoaderNotes notes);
+  /// Hangs seen so far; the newest capture and its findings (empty before the first).
+  int hangs() const { return watchdog_ ? watchdog_->hangs() : 0; }
+  std::optional<watchdog::HangSnapshot> last_hang() const;
+  std::vector<report::Finding> last_hang_findings() const;
+  /// The hang timeout in force now (adaptive unless overridden).
+  double hang_timeout_s() const { return watchdog_ ? watchdog_->timeout_s() : 0; }
+
   analyze::Session& session() { return session_; }
   trace::EventRing& ring() { return *ring_; }
   /// Events moved from the ring into the analyzer so far.
@@ -47,6 +73,24 @@ class Monitor {
 
  private:
   void drain_loop();
+  void note_main_pid(int pid);
+  void track_locked(const trace::Event& e);
+  watchdog::WatchState watch_state();
+
+  /// What the hang doctor needs to know of a loader, kept from its events.
+  struct LoaderLive {
+    bool active = false;
+    int64_t iter_start_ns = 0;
+    int main_pid = 0;
+    int num_workers = 0;
+    int64_t start_method = 0;
+    int64_t timeout_ms = 0;
+    int64_t last_main_index = -1;
+    std::map<int, int> worker_pids;      // worker id -> pid (this epoch)
+    std::map<int, int64_t> returned;     // worker id -> batches returned (this epoch)
+    std::map<int, std::pair<std::optional<int>, std::optional<int>>> died;  // code, signal
+    LoaderNotes notes;
+  };
   size_t drain_once(std::vector<trace::Event>& buf);
 
   MonitorOptions opts_;
@@ -58,6 +102,11 @@ class Monitor {
   std::atomic<uint64_t> events_seen_{0};
   std::atomic<int64_t> last_batch_ns_{0};
   std::mutex drain_mutex_;
+  system::Facts facts_;       // guarded by drain_mutex_
+  std::vector<int> main_pids_;  // main processes whose affinity was read; drain_mutex_
+  mutable std::mutex live_mutex_;
+  std::map<uint16_t, LoaderLive> live_;  // guarded by live_mutex_
+  std::unique_ptr<watchdog::Watchdog> watchdog_;
 };
 
 }  // namespace dldoctor::monitor

@@ -11,6 +11,17 @@
 
 namespace dldoctor::watchdog {
 
+namespace {
+/// Whether a worker of `loader` used CPU over the stall: it is working, only slowly.
+bool loader_workers_busy(const HangSnapshot& snapshot, const HangContext& context, int loader) {
+  for (const ProcessCapture& p : snapshot.processes) {
+    if (p.worker < 0 || p.loader != loader || p.gone) continue;
+    if (read_process(p, context.find(loader)).busy) return true;
+  }
+  return false;
+}
+}  // namespace
+
 std::vector<report::Finding> classify_hang(const HangSnapshot& snapshot,
                                            const HangContext& context) {
   std::vector<report::Finding> out;
@@ -35,6 +46,7 @@ std::vector<report::Finding> classify_hang(const HangSnapshot& snapshot,
       }
     }
     for (int l : waiting) {
+      if (loader_workers_busy(snapshot, context, l)) continue;  // slow, not stuck
       if (explained.insert(l).second) {
         out.push_back(analyze::unexplained_loader_hang(snapshot, context, l));
       }

@@ -4,6 +4,8 @@
 // stall began, per process.
 #include "dldoctor_core/watchdog/watchdog.hpp"
 
+#include "dldoctor_core/watchdog/process_reading.hpp"
+
 #include <cxxabi.h>
 #include <pthread.h>
 
@@ -212,7 +214,7 @@ bool Watchdog::check(int64_t now) {
   }
   double timeout = timeout_s();
   double stalled = double(now - start) / 1e9;
-  if (stalled < timeout || fired_key_ == start) return false;
+  if (stalled < timeout || fired_key_ == start || now < defer_until_ns_) return false;
   fired_key_ = start;
 
   std::string run_dir;
@@ -232,6 +234,20 @@ bool Watchdog::check(int64_t now) {
   HangSnapshot snap =
       capture_hang(st.processes, marks_, now, stalled, timeout, run_dir, signal, wait_ms);
   std::vector<report::Finding> findings = classify_hang(snap, st.context);
+  const bool workers_busy =
+      std::any_of(snap.processes.begin(), snap.processes.end(), [](const ProcessCapture& p) {
+        auto share = cpu_share(p);
+        return p.worker >= 0 && share && *share >= kBusyCpuShare;
+      });
+  if (findings.empty() && workers_busy) {
+    // Slow is not stuck: the workers the loader waits for are still using CPU (starting up
+    // under spawn, a very slow batch). Look again one timeout later, over fresh CPU marks.
+    fired_key_ = -1;
+    defer_until_ns_ = now + int64_t(timeout * 1e9);
+    marks_.clear();
+    marks_since_ns_ = now_ns();
+    return false;
+  }
   {
     std::lock_guard rlock(result_mu_);
     last_snapshot_ = snap;

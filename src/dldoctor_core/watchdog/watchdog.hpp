@@ -156,6 +156,7 @@ class Watchdog {
   int64_t active_seen_ns_ = 0;     // first check that saw the loader active (0: inactive)
   int64_t stall_key_ = -1;         // the stall start the CPU marks belong to
   int64_t fired_key_ = -1;         // the stall start already reported
+  int64_t defer_until_ns_ = 0;  ///< no capture before this (a stall that was slow, not stuck)
   std::map<int, CpuMark> marks_;
   int64_t marks_since_ns_ = 0;     // when the first mark of this stall was taken
 
