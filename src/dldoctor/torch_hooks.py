@@ -115,6 +115,7 @@ _loader_epochs: dict = {}  # loader id -> epochs started
 _worker_pids: dict = {}  # pid -> (iterator state, worker id), for deaths seen by SIGCHLD
 _pin_ns: dict = {}  # id(pinned batch) -> ns spent pinning it
 _pin_local = threading.local()
+_wait_hooked = [False]  # _try_get_data is hooked (else the main process's wait is unknown)
 PIN_PENDING_MAX = 1024  # pinned batches never handed out (epoch cut short) are forgotten
 
 _stack = {"pid": 0, "file": None}
@@ -137,11 +138,13 @@ class _IterState:
         "wait_ns",
         "got_idx",
         "got_worker",
+        "pid",
         "__weakref__",
     )
 
     def __init__(self, loader_id: int, multiprocess: bool):
         self.loader_id = loader_id
+        self.pid = os.getpid()  # a forked child inherits this state but must not end it
         self.multiprocess = multiprocess
         self.epoch = 0
         self.batches = 0
@@ -273,7 +276,14 @@ def _register_stack_dump() -> None:
 
 
 def _after_fork_in_child() -> None:
-    # A forked child inherits the parent's handler and stack file; give it its own.
+    # A forked child (a worker, mostly) inherits the parent's iterators, loader ids, stack
+    # handler and file. The iterators and ids are the parent's to report; the stack file is
+    # replaced by the child's own.
+    _iters.clear()
+    _worker_pids.clear()
+    _pin_ns.clear()
+    _loader_ids.clear()
+    _loader_ids_fallback.clear()
     if _installed:
         _register_stack_dump()
 
@@ -753,7 +763,7 @@ def _emit_iter_start(st: _IterState, loader, multiprocess: bool) -> None:
 
 
 def _iter_end(st: _IterState, reason: int) -> None:
-    if st.ended:
+    if st.ended or st.pid != os.getpid():
         return
     st.ended = True
     emit = _emit
@@ -940,7 +950,7 @@ def _make_multi_next(orig):
             idx,
             0,
             t0,
-            st.wait_ns,
+            st.wait_ns if _wait_hooked[0] else -1,
             t0 - last if last else -1,
             _pin_ns.pop(id(data), -1) if _pin_ns else -1,
         )
@@ -1156,6 +1166,7 @@ def _patch_torch(dl) -> None:
         _patch(getattr(fetch, cls_name, None), "fetch", _make_fetch, cls_name)
     _patch(pin, "pin_memory", _make_pin_memory, "pin_memory")
     _patch(sig, "_error_if_any_worker_fails", _make_error_if_any_worker_fails, "signal_handling")
+    _wait_hooked[0] = any(o is multi and n == "_try_get_data" for o, n, _, _ in _patches)
     if _missing:
         torch = mods.get("torch")
         _note(
@@ -1267,6 +1278,7 @@ def uninstall() -> None:
                 pass
         _patches.clear()
         _missing.clear()
+        _wait_hooked[0] = False
         if _import_hook is not None:
             try:
                 sys.meta_path.remove(_import_hook)
