@@ -119,7 +119,7 @@ void register_sample(nb::module_& m) {
           },
           nb::arg("root_pid"), nb::arg("interval_s") = 0.1, nb::arg("smaps_every") = 10,
           nb::arg("threads") = false, nb::arg("capacity") = 600,
-          nb::arg("smaps_budget_pct") = 0.1)
+          nb::arg("smaps_budget_pct") = 0.05)
       .def("add_root", &Sampler::add_root, nb::arg("pid"),
            "Also sample pid and its descendants.")
       .def("start", &Sampler::start, nb::call_guard<nb::gil_scoped_release>(),

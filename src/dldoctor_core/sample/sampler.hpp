@@ -23,7 +23,7 @@ struct SamplerOptions {
                           ///< sleeper every 5N-th; /proc/stat, meminfo, /dev/shm, swap, PSI and
                           ///< the /proc listing (new members) every Nth pass; between, the last
                           ///< values (and rates over the last such window) are repeated
-  double smaps_budget_pct = 0.1;  ///< smaps_rollup walks every mapped page (~0.2 ms for a python
+  double smaps_budget_pct = 0.05; ///< smaps_rollup walks every mapped page (~0.2 ms for a python
                                   ///< worker, ~4 ms for a process that imported torch): its reads
                                   ///< may use at most this % of one core on average, so large
                                   ///< processes are read less often than every smaps_every
