@@ -229,6 +229,21 @@ def test_children_that_come_and_go_are_no_error():
         end(root)
 
 
+def test_smaps_reads_stay_within_their_cpu_budget():
+    root = spawn("sh", "-c", "sleep 30 & sleep 30 & sleep 30 & wait", start_new_session=True)
+    try:
+        time.sleep(0.1)
+        # A budget too small for more than the first read: the others stay unknown, not 0.
+        starved = _ext.Sampler(root.pid, smaps_budget_pct=1e-6).sample_once()["processes"]
+        assert len(starved) == 4
+        assert sum(p["pss_bytes"] is not None for p in starved) == 1
+        # No cap: every process is read at once.
+        uncapped = _ext.Sampler(root.pid, smaps_budget_pct=0).sample_once()["processes"]
+        assert all(p["pss_bytes"] > 0 for p in uncapped)
+    finally:
+        end(root)
+
+
 def test_root_that_exits_leaves_an_empty_pass():
     child = spawn("sleep", "30", start_new_session=True)
     sampler = _ext.Sampler(child.pid)
