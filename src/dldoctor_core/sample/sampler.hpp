@@ -23,11 +23,12 @@ struct SamplerOptions {
                           ///< sleeper every 5N-th; /proc/stat, meminfo, /dev/shm, swap, PSI and
                           ///< the /proc listing (new members) every Nth pass; between, the last
                           ///< values (and rates over the last such window) are repeated
-  double smaps_budget_pct = 0.05; ///< smaps_rollup walks every mapped page (~0.2 ms for a python
-                                  ///< worker, ~4 ms for a process that imported torch): its reads
-                                  ///< may use at most this % of one core on average, so large
-                                  ///< processes are read less often than every smaps_every
-                                  ///< passes; <= 0: no cap
+  double smaps_budget_pct = 0.05; ///< smaps_rollup walks every mapped page (~0.4 ms for a forked
+                                  ///< python worker, ~4 ms for a process that imported torch):
+                                  ///< its reads may use at most this % of one core on average,
+                                  ///< so large trees are read less often than every smaps_every
+                                  ///< passes (64 such python workers: each about every 50 s; 4:
+                                  ///< every 3 s); <= 0: no cap
   bool threads = false;   ///< fill ProcessSample::threads
   size_t capacity = 600;  ///< snapshots kept in the history ring (a minute at 10 Hz)
   int max_kept_fds = -1;  ///< /proc descriptors kept open between passes; -1: a quarter of
