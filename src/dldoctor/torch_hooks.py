@@ -97,8 +97,9 @@ _missing: list = []  # hook points this torch does not have
 _import_hook = None
 
 # What the fetch hook attributes a batch to: [loader id (0 = not watched), worker id (-1 =
-# main process), batch index (-1 unknown), epoch]. A worker process sets it once; the main
-# process sets it around each single-process fetch.
+# main process), batch index (-1 unknown), epoch (workers only; 0 unknown)]. A worker sets it
+# once (the index per batch, the epoch when persistent workers resume); the main process sets
+# it around each single-process fetch.
 _ctx = [0, -1, -1, 0]
 _idx_from_frame = False  # no index-queue proxy in this worker: read `idx` from the caller
 _collate = [0, 0]  # ns in collate_fn and sample count of the current fetch
@@ -551,6 +552,7 @@ def _profile_record(profiler, loader, worker, idx, fetch_ns) -> None:
         "profile",
         loader=loader,
         worker=worker,
+        epoch=_ctx[3],
         index=idx,
         fetch_ns=fetch_ns,
         profiled_fetches=1,
@@ -647,6 +649,7 @@ def _on_fetch_error(e: BaseException, loader, worker, idx, t0) -> None:
             "worker_exception",
             loader=loader,
             worker=worker,
+            epoch=_ctx[3],
             index=idx,
             exc_type=f"{type(e).__module__}.{type(e).__qualname__}",
             message=message[:4000],
