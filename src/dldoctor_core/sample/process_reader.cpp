@@ -107,6 +107,7 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
   const uint64_t stamp = reads_;
   int64_t run_delta = 0, wait_delta = 0;
   bool sched_known = false;
+  int active = 0;
   out.threads.clear();
   for (int tid : ctx.tids) {
     auto [it, fresh] = threads_.try_emplace(tid);
@@ -128,9 +129,13 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
         thread_wait_delta = std::max<int64_t>(0, sched->wait_ns - *th.wait_ns);
         run_delta += *thread_run_delta;
         wait_delta += *thread_wait_delta;
+        if (have_last && double(*thread_run_delta + *thread_wait_delta) >=
+                             kActiveThreadShare * double(dt))
+          ++active;
       } else if (have_last) {
         run_delta += sched->run_ns;
         wait_delta += sched->wait_ns;
+        if (double(sched->run_ns + sched->wait_ns) >= kActiveThreadShare * double(dt)) ++active;
       }
       th.run_ns = sched->run_ns;
       th.wait_ns = sched->wait_ns;
@@ -180,7 +185,10 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
       if (!cpu_delta || ticks_delta > *cpu_delta + 2 * tick_ns()) cpu_delta = ticks_delta;
     }
     if (cpu_delta) out.cpu_pct = 100.0 * double(std::max<int64_t>(0, *cpu_delta)) / double(dt);
-    if (sched_known) out.runq_delay_pct = 100.0 * double(wait_delta) / double(dt);
+    if (sched_known) {
+      out.runq_delay_pct = 100.0 * double(wait_delta) / double(dt);
+      out.active_threads = active;
+    }
   }
   last_ticks_ = ticks;
   if (have_last) {
@@ -265,6 +273,7 @@ int64_t ProcessReader::read_smaps(ReadBuffer& buf, uint64_t pass, ProcessSample&
   }
   pss_bytes_ = out.pss_bytes = smaps.pss_bytes;
   private_dirty_bytes_ = out.private_dirty_bytes = smaps.private_dirty_bytes;
+  out.smaps_fresh = true;
   smaps_pass_ = pass;
   return thread_cpu_ns() - cpu_start;
 }

@@ -72,6 +72,7 @@ struct Sampler::State {
   std::unordered_map<int, Tracked> tracked;
   uint64_t passes = 0;
   double smaps_tokens_ns = 0;  // smaps_rollup CPU time that may still be spent
+  double pass_cost_pct = -1;   // moving mean of the passes' own cost, % of one core (-1: none)
   int64_t smaps_refilled_ns = 0;
 
   mutable std::mutex history_mutex;
@@ -135,6 +136,12 @@ Snapshot Sampler::State::pass() {
   for (auto it = tracked.begin(); it != tracked.end();) {
     it = it->second.seen == passes ? std::next(it) : tracked.erase(it);
   }
+  if (options.total_budget_pct > 0) {
+    // The passes' own cost (without smaps_rollup), as a share of the interval: what the
+    // total budget leaves to the smaps reads.
+    const double pct = 100.0 * double(thread_cpu_ns() - cpu_start) / double(options.interval_ns);
+    pass_cost_pct = pass_cost_pct < 0 ? pct : pass_cost_pct + (pct - pass_cost_pct) / 16;
+  }
   read_smaps(snap, readers);
   snap.cost_ns = thread_cpu_ns() - cpu_start;
   return snap;
@@ -147,7 +154,10 @@ void Sampler::State::read_smaps(Snapshot& snap, const std::vector<ProcessReader*
   const bool capped = options.smaps_budget_pct > 0;
   const int64_t now = now_ns();
   if (capped) {
-    const double rate = options.smaps_budget_pct / 100.0;
+    double pct = options.smaps_budget_pct;
+    if (options.total_budget_pct > 0 && pass_cost_pct >= 0)
+      pct = std::max(pct, options.total_budget_pct - pass_cost_pct);
+    const double rate = pct / 100.0;
     const double cap = rate * double(options.interval_ns) * options.smaps_every;
     smaps_tokens_ns = smaps_refilled_ns == 0
                           ? cap

@@ -29,6 +29,12 @@ struct SamplerOptions {
                                   ///< so large trees are read less often than every smaps_every
                                   ///< passes (64 such python workers: each about every 50 s; 4:
                                   ///< every 3 s); <= 0: no cap
+  double total_budget_pct = 0;  ///< > 0: the whole sampler's CPU budget (% of one core); the
+                                ///< smaps_rollup reads may then use what the passes leave of
+                                ///< it (never less than smaps_budget_pct): a small tree gets
+                                ///< its memory read every second or two, which a copy-on-write
+                                ///< growth over samples needs, while a 64-worker tree stays
+                                ///< within the same total; 0: smaps_budget_pct alone
   bool threads = false;   ///< fill ProcessSample::threads
   size_t capacity = 600;  ///< snapshots kept in the history ring (a minute at 10 Hz)
   int max_kept_fds = -1;  ///< /proc descriptors kept open between passes; -1: a quarter of

@@ -12,6 +12,11 @@
 
 namespace dldoctor::sample {
 
+/// Share of an interval a thread must run or wait in the run queue to count as active.
+/// A busy thread on a contended CPU runs little but waits the rest; a pool thread asleep on
+/// its futex does neither.
+inline constexpr double kActiveThreadShare = 0.2;
+
 /// One thread's figures in one pass.
 struct ThreadSample {
   int tid = 0;
@@ -30,11 +35,18 @@ struct ProcessSample {
   int num_threads = 0;
   std::optional<double> cpu_pct;          ///< user+sys, % of one core over the interval
   std::optional<double> runq_delay_pct;   ///< schedstat wait time, % of wall (all threads)
+  /// Threads that ran or waited for a CPU at least kActiveThreadShare of the interval (from
+  /// the schedstat every thread's run and wait are read from anyway): a thread pool that
+  /// computes or spins counts, one that sleeps does not. Empty when schedstat is unreadable.
+  std::optional<int> active_threads;
   std::optional<double> voluntary_cs_per_s;   ///< status, all threads (slow)
   std::optional<double> involuntary_cs_per_s; ///< preempted: climbs with contention (slow)
   std::optional<int64_t> rss_bytes;       ///< VmRSS (from stat's rss, the same count)
   std::optional<int64_t> pss_bytes;       ///< smaps_rollup (slow, and within a CPU budget)
   std::optional<int64_t> private_dirty_bytes;
+  bool smaps_fresh = false;               ///< pss/private_dirty were read in this very pass (else
+                                          ///< they repeat an older read): a series over time
+                                          ///< takes only the fresh ones
   std::optional<double> read_bytes_per_s;  ///< /proc/pid/io read_bytes: from storage (slow)
   std::optional<double> rchar_per_s;       ///< /proc/pid/io rchar: all reads, cache included (slow)
   std::optional<int64_t> read_bytes_total;
