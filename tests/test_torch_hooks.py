@@ -533,7 +533,7 @@ def test_install_is_idempotent_and_uninstall_restores(tmp_path):
 
     originals = {
         name: dl._MultiProcessingDataLoaderIter.__dict__[name]
-        for name in ("__init__", "_next_data", "_try_get_data", "_reset", "_shutdown_workers")
+        for name in ("__init__", "_next_data", "_get_data", "_reset", "_shutdown_workers")
     }
     fetch = torch.utils.data._utils.fetch._MapDatasetFetcher.fetch
     loop = torch.utils.data._utils.worker._worker_loop

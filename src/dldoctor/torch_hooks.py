@@ -116,7 +116,8 @@ _loader_epochs: dict = {}  # loader id -> epochs started
 _worker_pids: dict = {}  # pid -> (iterator state, worker id), for deaths seen by SIGCHLD
 _pin_ns: dict = {}  # id(pinned batch) -> ns spent pinning it
 _pin_local = threading.local()
-_wait_hooked = [False]  # _try_get_data is hooked (else the main process's wait is unknown)
+_wait_hooked = [False]  # _get_data is hooked (else the main process's wait is unknown)
+_current = [None]  # the _IterState whose _next_data is running (main thread)
 PIN_PENDING_MAX = 1024  # pinned batches never handed out (epoch cut short) are forgotten
 
 _stack = {"pid": 0, "file": None}
@@ -133,7 +134,6 @@ class _IterState:
         "batches",
         "last_handout",
         "ended",
-        "in_next",
         "died",
         "ref",
         "wait_ns",
@@ -151,11 +151,10 @@ class _IterState:
         self.batches = 0
         self.last_handout = 0
         self.ended = False
-        self.in_next = False
         self.died: set = set()
         self.ref = None
-        # Filled by the _try_get_data hook during one _next_data call: ns blocked on the
-        # result queue, and the index and worker of the last batch received.
+        # Filled by the _get_data hook during one _next_data call: ns blocked on the result
+        # queue, and the index and worker of the last batch received.
         self.wait_ns = 0
         self.got_idx = -1
         self.got_worker = -1
@@ -916,12 +915,14 @@ def _make_multi_next(orig):
         t0 = _monotonic_ns()
         try:
             rcvd = self._rcvd_idx
-            info = self._task_info.get(rcvd)
+            info = self._task_info.get(rcvd)  # a batch that arrived early waits here
             stashed = info[0] if info is not None and len(info) == 2 else -1
-        except Exception:
+        except AttributeError:
             rcvd, stashed = None, -1
-        st.wait_ns, st.got_idx, st.got_worker = 0, -1, -1
-        st.in_next = True
+        st.wait_ns = 0
+        st.got_idx = -1
+        prev = _current[0]
+        _current[0] = st
         try:
             data = orig(self)
         except StopIteration as e:
@@ -932,7 +933,7 @@ def _make_multi_next(orig):
             _hide_frame(e)
             raise
         finally:
-            st.in_next = False
+            _current[0] = prev
         t1 = _monotonic_ns()
         new_rcvd = getattr(self, "_rcvd_idx", None)
         if rcvd is not None and new_rcvd != rcvd:
@@ -1048,34 +1049,31 @@ def _on_death_error(it, e: BaseException) -> None:
         pass
 
 
-def _make_try_get_data(orig):
-    def _try_get_data(self, *args, **kwargs):
+def _make_get_data(orig):
+    def _get_data(self):
         t = _monotonic_ns()
         try:
-            r = orig(self, *args, **kwargs)
+            r = orig(self)
         except BaseException as e:
-            st = _iters.get(id(self))
-            if st is not None:
-                st.wait_ns += _monotonic_ns() - t
-                if isinstance(e, RuntimeError):
-                    _on_death_error(self, e)
+            if isinstance(e, RuntimeError):  # a dead worker: record it, raise the same error
+                _on_death_error(self, e)
             _hide_frame(e)
             raise
-        st = _iters.get(id(self))
-        if st is not None:
+        st = _current[0]
+        if st is not None and st.ref() is self:  # called from this iterator's _next_data
             st.wait_ns += _monotonic_ns() - t
-            # No try/except here: it could swallow the worker-death error that PyTorch's
-            # SIGCHLD handler raises between any two bytecodes of the main thread.
-            data = r[1] if r[0] else None
-            if data.__class__ is tuple and len(data) == 2 and data[0].__class__ is int:
-                idx = data[0]
-                st.got_idx = idx
-                tasks = getattr(self, "_task_info", None)
-                info = tasks.get(idx) if tasks.__class__ is dict else None
+            if r.__class__ is tuple and len(r) == 2:
+                idx = st.got_idx = r[0]
+                # Only AttributeError is caught: a broad except could swallow the worker-death
+                # error PyTorch's SIGCHLD handler raises between any two bytecodes.
+                try:
+                    info = self._task_info.get(idx)  # before _next_data pops it
+                except AttributeError:
+                    info = None
                 st.got_worker = info[0] if info else -1
         return r
 
-    return _try_get_data
+    return _get_data
 
 
 def _make_shutdown(orig):
@@ -1088,7 +1086,7 @@ def _make_shutdown(orig):
         finally:
             try:
                 st = _iters.get(id(self))
-                if st is not None and not st.in_next:  # inside _next_data: StopIteration next
+                if st is not None and _current[0] is not st:  # in _next_data: StopIteration next
                     _iter_end(st, END_SHUTDOWN)
             except Exception:
                 pass  # interpreter shutdown
@@ -1162,14 +1160,14 @@ def _patch_torch(dl) -> None:
     _patch(multi, "__init__", _make_multi_init, "_MultiProcessingDataLoaderIter")
     _patch(multi, "_reset", _make_reset, "_MultiProcessingDataLoaderIter")
     _patch(multi, "_next_data", _make_multi_next, "_MultiProcessingDataLoaderIter")
-    _patch(multi, "_try_get_data", _make_try_get_data, "_MultiProcessingDataLoaderIter")
+    _patch(multi, "_get_data", _make_get_data, "_MultiProcessingDataLoaderIter")
     _patch(multi, "_shutdown_workers", _make_shutdown, "_MultiProcessingDataLoaderIter")
     _patch(worker, "_worker_loop", _make_worker_loop, "worker")
     for cls_name in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
         _patch(getattr(fetch, cls_name, None), "fetch", _make_fetch, cls_name)
     _patch(pin, "pin_memory", _make_pin_memory, "pin_memory")
     _patch(sig, "_error_if_any_worker_fails", _make_error_if_any_worker_fails, "signal_handling")
-    _wait_hooked[0] = any(o is multi and n == "_try_get_data" for o, n, _, _ in _patches)
+    _wait_hooked[0] = any(o is multi and n == "_get_data" for o, n, _, _ in _patches)
     if _missing:
         torch = mods.get("torch")
         _note(
