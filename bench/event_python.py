@@ -1,12 +1,16 @@
 """What dldoctor's instrumentation costs from Python (budgets, DESIGN.md §6):
 
 1. one event recorded from Python (`_ext.trace_emit`): <= 1 us;
-2. whole-loop throughput of a watched DataLoader against the same loop unwatched, measured
+2. what the hooks add to one batch, timed directly (worker side; whole single-process path);
+3. whole-loop throughput of a watched DataLoader against the same loop unwatched, measured
    alternately in one process (install()/uninstall() between rounds, fresh forked workers
    each round): >= 98% on a tiny-batch worst case (thousands of batches/s), >= 99.5% on a
-   typical one (4 KiB samples, batch 64, 2 workers).
+   typical one (4 KiB samples, batch 64, 2 workers). Cases: tiny-0 (trivial samples,
+   num_workers=0: tens of thousands of batches/s, far past the budget's regime), tiny-5k
+   (~20 us samples, num_workers=0: the budget's "thousands of batches/s"), tiny-2 (trivial
+   samples, 2 fork workers: bound by PyTorch's inter-process transfer), typical.
 
-    python bench/event_python.py [--rounds 7] [--batches 3000] [--skip-loops]
+    python bench/event_python.py [--rounds 7] [--batches 3000] [--skip-loops] [--kinds ...]
 
 Each round also reports CPU seconds per batch (this process plus its reaped worker processes):
 on a shared 2-core machine the wall-clock ratio swings by +-10% with the neighbours' load, and
@@ -115,6 +119,10 @@ def make_loader(kind: str, batches: int):
         def __getitem__(self, i):
             return i
 
+    class Cheap(Tiny):  # ~20 us of Python per sample: a few thousand batches/s in-process
+        def __getitem__(self, i):
+            return sum(range(1500)) + i
+
     class Typical(Dataset):  # 4 KiB samples, batch 64
         def __init__(self):
             self.base = torch.arange(1024, dtype=torch.float32)
@@ -127,6 +135,8 @@ def make_loader(kind: str, batches: int):
 
     if kind == "tiny-0":
         return DataLoader(Tiny(), batch_size=8, num_workers=0)
+    if kind == "tiny-5k":
+        return DataLoader(Cheap(), batch_size=8, num_workers=0)
     if kind == "tiny-2":
         return DataLoader(Tiny(), batch_size=8, num_workers=2, multiprocessing_context="fork")
     return DataLoader(Typical(), batch_size=64, num_workers=2, multiprocessing_context="fork")
@@ -186,6 +196,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--batches", type=int, default=3000)
     ap.add_argument("--skip-loops", action="store_true")
+    ap.add_argument("--kinds", nargs="+", default=["tiny-0", "tiny-5k", "tiny-2", "typical"])
     args = ap.parse_args(argv)
     run_dir = tempfile.mkdtemp(prefix="dldoctor-bench-")
     ring = _ext.EventRing.create(os.path.join(run_dir, "events.ring"), 1 << 18)
@@ -203,9 +214,12 @@ def main(argv=None) -> int:
         print(f"== whole loop, watched / unwatched, {args.rounds} alternating rounds")
         for kind, budget, batches in (
             ("tiny-0", TINY_BUDGET, args.batches * 3),
+            ("tiny-5k", TINY_BUDGET, args.batches),
             ("tiny-2", TINY_BUDGET, args.batches),
             ("typical", TYPICAL_BUDGET, max(args.batches // 6, 300)),
         ):
+            if kind not in args.kinds:
+                continue
             r = loop_ratio(kind, args.rounds, batches, ring, run_dir)
             p_cpu, w_cpu = r["cpu_us_per_batch"]
             print(

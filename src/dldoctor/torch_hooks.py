@@ -63,12 +63,14 @@ PROFILE_MAX_INTERVAL_S = 8.0
 # Functions kept per profile: the top by self time and the top by cumulative time.
 PROFILE_TOP = 8
 
-# Thread CPU time over a fetch costs a syscall (~0.6 us on a VM, twice per fetch). It is read
-# around every fetch when the previous one took at least CPU_ALWAYS_NS (then it is < 0.5% of
-# the fetch), else around every CPU_SAMPLE_EVERY-th: on a tiny-batch loader the on-CPU share
-# is still measured on hundreds of batches a second, and costs under 0.1 us a fetch.
-CPU_ALWAYS_NS = 250_000
-CPU_SAMPLE_EVERY = 16
+# The costly details of a fetch, thread CPU time (a syscall, ~0.6 us on a VM, twice) and the
+# bytes of the batch (a walk, 0.2-0.5 us), are measured on every fetch when the previous one
+# took at least DETAIL_ALWAYS_NS (then they are < 0.5% of it), else on every
+# DETAIL_SAMPLE_EVERY-th (-1 in between): a tiny-batch loader still gets them for hundreds of
+# batches a second, at under 0.1 us a fetch, and big batches (the ones that fill /dev/shm)
+# take long enough to be measured every time.
+DETAIL_ALWAYS_NS = 250_000
+DETAIL_SAMPLE_EVERY = 16
 
 # Walking a batch to sum its tensors' bytes stops after this many items (leaves and
 # containers) and reports -1 (unknown): a batch of thousands of small objects must not cost
@@ -585,9 +587,9 @@ def _make_fetch(orig):
             except Exception:
                 _prof[3] = True  # another tool owns the profiler hook (3.12+): stop trying
                 profiler = None
-        cpu = _last_fetch[0] >= CPU_ALWAYS_NS or n % CPU_SAMPLE_EVERY == 1
+        detail = _last_fetch[0] >= DETAIL_ALWAYS_NS or n % DETAIL_SAMPLE_EVERY == 1
         t0 = _monotonic_ns()
-        c0 = _thread_time_ns() if cpu else 0
+        c0 = _thread_time_ns() if detail else 0
         try:
             data = orig(self, possibly_batched_index)
         except BaseException as e:
@@ -597,7 +599,7 @@ def _make_fetch(orig):
                 _on_fetch_error(e, loader, worker, idx, t0)
             _hide_frame(e)
             raise
-        c1 = _thread_time_ns() if cpu else -1
+        c1 = _thread_time_ns() if detail else -1
         t1 = _monotonic_ns()
         if profiler is not None:
             profiler.disable()
@@ -612,8 +614,8 @@ def _make_fetch(orig):
             t0,
             t1 - t0,
             _collate[0],
-            c1 - c0 if cpu else -1,
-            _batch_bytes(data),
+            c1 - c0 if detail else -1,
+            _batch_bytes(data) if detail else -1,
             0 if profiler is None else B_PROFILED,
         )
         _worker["batches"] += 1
