@@ -27,7 +27,16 @@ def burn_cpu(seconds: float) -> int:
     return x
 
 
-def consume(loader, seconds: float, step=None, epochs: int = 1000) -> int:
+# A training step that waits, as the main process does for a GPU: long enough that a healthy
+# loader keeps up with it easily, short enough that a slow loader is clearly the bottleneck.
+MODEL_STEP_S = 0.02
+
+
+def model_step(batch) -> None:
+    time.sleep(MODEL_STEP_S)
+
+
+def consume(loader, seconds: float, step=model_step, epochs: int = 1000) -> int:
     """Iterate like a training loop for `seconds`; `step(batch)` is the model's work."""
     start = time.monotonic()
     n = 0

@@ -54,7 +54,7 @@ def main():
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     loader = DataLoader(Remote(server.server_address[1]), batch_size=4, num_workers=1)
-    print("batches:", consume(loader, args.seconds, step=lambda b: b.sum()))
+    print("batches:", consume(loader, args.seconds))
     server.shutdown()
 
 
