@@ -8,6 +8,9 @@
 #include <nanobind/stl/optional.h>
 
 #include "analyze_convert.hpp"
+#include "beyond_convert.hpp"
+#include "dldoctor_core/common/clock.hpp"
+#include "monitor_convert.hpp"
 #include "watchdog_convert.hpp"
 #include "register.hpp"
 
@@ -21,15 +24,18 @@ void register_monitor(nb::module_& m) {
       .def(
           "__init__",
           [](Monitor* self, const std::string& ring_path, uint32_t capacity, double interval_s,
-             const std::string& run_dir, std::optional<double> hang_timeout_s) {
+             const std::string& run_dir, std::optional<double> hang_timeout_s,
+             size_t trace_max_events) {
             monitor::MonitorOptions opts;
             opts.sample_interval_s = interval_s;
             opts.run_dir = run_dir;
             opts.hang_timeout_s = hang_timeout_s;
+            opts.trace_max_events = trace_max_events;
             new (self) Monitor(ring_path, capacity, opts);
           },
           nb::arg("ring_path"), nb::arg("capacity") = 1u << 16, nb::arg("interval_s") = 0.1,
-          nb::arg("run_dir") = "", nb::arg("hang_timeout_s") = nb::none())
+          nb::arg("run_dir") = "", nb::arg("hang_timeout_s") = nb::none(),
+          nb::arg("trace_max_events") = 0)
       .def("start", &Monitor::start, nb::arg("root_pid"), nb::call_guard<nb::gil_scoped_release>())
       .def("stop", &Monitor::stop, nb::call_guard<nb::gil_scoped_release>())
       .def("set_facts",
@@ -64,6 +70,19 @@ void register_monitor(nb::module_& m) {
              }
              return loader_summaries_to_list(ls);
            })
+      // Issue 6: what the hooks measured of datasets, slow batches and worker pools.
+      .def("note_dataset",
+           [](Monitor& self, uint16_t loader, nb::handle d) {
+             self.session().note_dataset(loader, dataset_notes_from_dict(d));
+           })
+      .def("note_slow_batch",
+           [](Monitor& self, uint16_t loader, nb::handle d) {
+             self.session().note_slow_batch(loader, slow_batch_from_dict(d));
+           })
+      .def("note_torch_threads",
+           [](Monitor& self, int pid, int threads) {
+             self.session().note_torch_threads(pid, threads);
+           })
       .def("set_loader_notes",
            [](Monitor& self, uint16_t loader, const std::string& collate_fn,
               const std::string& worker_init_fn, std::optional<int> main_threads,
@@ -86,6 +105,38 @@ void register_monitor(nb::module_& m) {
              d["findings"] = hang_findings_to_list(self.last_hang_findings());
              return d;
            })
+      .def("series",
+           [](Monitor& self) {
+             monitor::SeriesData d;
+             {
+               nb::gil_scoped_release nogil;
+               d = self.series().data();
+             }
+             return series_to_dict(d);
+           },
+           "The run over time: per loader, per worker and machine series (Report.series).")
+      .def("live",
+           [](Monitor& self) {
+             monitor::LiveData d;
+             {
+               nb::gil_scoped_release nogil;
+               d = self.series().live(now_ns());
+             }
+             return live_to_dict(d);
+           },
+           "The figures of the last two seconds, for the live view.")
+      .def("trace_events",
+           [](Monitor& self) -> nb::object {
+             const monitor::TraceStore* t = self.trace_store();
+             if (t == nullptr) return nb::none();
+             monitor::TraceContents c;
+             {
+               nb::gil_scoped_release nogil;
+               c = t->contents();
+             }
+             return trace_to_dict(c);
+           },
+           "Raw events and counters kept for --trace (None unless trace_max_events > 0).")
       .def_prop_ro("hangs", &Monitor::hangs)
       .def_prop_ro("hang_timeout_s", &Monitor::hang_timeout_s)
       .def_prop_ro("events_seen", &Monitor::events_seen)

@@ -26,6 +26,7 @@ Monitor::Monitor(const std::string& ring_path, uint32_t capacity, MonitorOptions
     : opts_(opts),
       ring_(std::make_unique<trace::EventRing>(trace::EventRing::create(ring_path, capacity))) {
   if (opts_.sample_interval_s <= 0) throw Error("sample interval must be positive");
+  if (opts_.trace_max_events > 0) trace_ = std::make_unique<TraceStore>(opts_.trace_max_events);
 }
 
 Monitor::~Monitor() {
@@ -40,7 +41,12 @@ void Monitor::start(int root_pid) {
   sample::SamplerOptions so;
   so.interval_ns = static_cast<int64_t>(opts_.sample_interval_s * 1e9);
   sampler_ = std::make_unique<sample::Sampler>(root_pid, so);
-  sampler_->set_callback([this](const sample::Snapshot& s) { session_.ingest(s); });
+  series_.start(now_ns());
+  sampler_->set_callback([this](const sample::Snapshot& s) {
+    session_.ingest(s);
+    series_.ingest(s);
+    if (trace_) trace_->ingest(s);
+  });
   sampler_->start();
   watchdog::WatchdogOptions wo;
   wo.run_dir = opts_.run_dir;
@@ -103,6 +109,10 @@ size_t Monitor::drain_once(std::vector<trace::Event>& buf) {
       }
     }
     track_locked(e);
+  }
+  if (n > 0) {
+    series_.ingest(buf);
+    if (trace_) trace_->ingest(buf);
   }
   events_seen_.fetch_add(n, std::memory_order_relaxed);
   return n;

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "dldoctor_core/analyze/session.hpp"
+#include "dldoctor_core/monitor/series.hpp"
+#include "dldoctor_core/monitor/trace_store.hpp"
 #include "dldoctor_core/sample/sampler.hpp"
 #include "dldoctor_core/system/facts.hpp"
 #include "dldoctor_core/trace/ring.hpp"
@@ -27,6 +29,7 @@ struct MonitorOptions {
   int drain_interval_ms = 20;      ///< how often the ring is drained into the analyzer
   std::string run_dir;             ///< where the job's processes dump their stacks
   std::optional<double> hang_timeout_s;  ///< --hang-timeout; empty: adaptive (>= 60 s)
+  size_t trace_max_events = 0;  ///< > 0: keep raw events and counters for --trace, this many
 };
 
 /// What the main process told the side log about a loader (strings the ring cannot carry).
@@ -65,6 +68,10 @@ class Monitor {
   double hang_timeout_s() const { return watchdog_ ? watchdog_->timeout_s() : 0; }
 
   analyze::Session& session() { return session_; }
+  /// The run over time (HTML report, live view).
+  const SeriesRecorder& series() const { return series_; }
+  /// The raw events and counters for --trace; null unless trace_max_events > 0.
+  const TraceStore* trace_store() const { return trace_.get(); }
   trace::EventRing& ring() { return *ring_; }
   /// Events moved from the ring into the analyzer so far.
   uint64_t events_seen() const { return events_seen_.load(std::memory_order_relaxed); }
@@ -97,6 +104,8 @@ class Monitor {
   std::unique_ptr<trace::EventRing> ring_;
   std::unique_ptr<sample::Sampler> sampler_;
   analyze::Session session_;
+  SeriesRecorder series_;
+  std::unique_ptr<TraceStore> trace_;  // set in the constructor, never replaced
   std::thread drain_thread_;
   std::atomic<bool> running_{false};
   std::atomic<uint64_t> events_seen_{0};
