@@ -62,7 +62,12 @@ class SideLogTail:
 class Watcher:
     """Owns one run's ring, monitor and side logs."""
 
-    def __init__(self, keep_run_dir: bool = False, hang_timeout_s: float | None = None):
+    def __init__(
+        self,
+        keep_run_dir: bool = False,
+        hang_timeout_s: float | None = None,
+        trace_max_events: int = 0,
+    ):
         from . import _ext
 
         if hang_timeout_s is not None and not hang_timeout_s > 0:
@@ -78,6 +83,7 @@ class Watcher:
             SAMPLE_INTERVAL_S,
             run_dir=self.run_dir,
             hang_timeout_s=hang_timeout_s,
+            trace_max_events=trace_max_events,
         )
         self._hangs_seen = 0
         self.side = SideLogTail(self.run_dir)
@@ -187,6 +193,7 @@ class Watcher:
             exit_code=exit_code,
             hang=_hang_section(hang, self.monitor.hang_timeout_s) if hang else None,
         )
+        report.series = series_section(self.monitor.series())
         report.notes.extend(getattr(self, "notes_extra", []))
         if not loaders and hang is None:
             report.verdict = "unknown"
@@ -223,6 +230,22 @@ def _user_function(f: dict) -> bool:
     if "<listcomp>" in name or "<genexpr>" in name:
         return False
     return not any(p in where for p in _FRAMEWORK_PATHS)
+
+
+def series_section(series: dict) -> dict:
+    """The monitor's series for Report.series, rounded: four significant digits are more
+    than a chart shows, and they keep the JSON of a long run small."""
+
+    def r(v):
+        if isinstance(v, float):
+            return float(f"{v:.4g}")
+        if isinstance(v, list):
+            return [r(x) for x in v]
+        if isinstance(v, dict):
+            return {k: r(x) for k, x in v.items()}
+        return v
+
+    return r(series)
 
 
 def _hang_section(hang: dict, timeout_s: float) -> dict:

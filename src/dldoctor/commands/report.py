@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import DldoctorError
+import sys
 
 
 class Command:
@@ -15,10 +15,15 @@ class Command:
         from .._report import Report
         from ..reporters import terminal
 
-        report = Report.read_json(args.path)
         if args.html:
-            raise DldoctorError("--html is not available in this version yet")
+            from ..reporters import html
+
+            html.require_plotly()
+        report = Report.read_json(args.path)
         terminal.print_report(report)
         if args.json:
             report.write_json(args.json)
+        if args.html:
+            html.write(args.html, report)
+            print(f"dldoctor: HTML report written to {args.html}", file=sys.stderr)
         return 0

@@ -15,6 +15,7 @@ POLL_S = 0.25  # how often the watcher reads side logs and the streaming verdict
 # `--on-hang abort` ends the job and exits with this code, as timeout(1) does for a command
 # it had to stop: the job's own code would not say that it was ended from outside.
 HANG_ABORT_EXIT = 124
+TRACE_MAX_EVENTS = 1_000_000  # --trace keeps this many events (64 MiB); the trace says when cut
 ABORT_GRACE_S = 3.0  # SIGTERM first, so the job can clean up; SIGKILL after this
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
@@ -48,9 +49,10 @@ class Command:
             cmd = cmd[1:]
         if not cmd:
             raise DldoctorError("no command given: dldoctor run [options] -- python train.py")
-        for flag in ("html", "trace"):
-            if getattr(args, flag):
-                raise DldoctorError(f"--{flag} is not available in this version yet")
+        if args.html:
+            from ..reporters import html
+
+            html.require_plotly()  # before the job runs, not after it
         return JobRun(cmd, args).run()
 
 
@@ -63,16 +65,21 @@ class JobRun:
         self._old_handlers: dict = {}
         self._signals_seen = 0
         self.aborted = False
+        self.live = None  # reporters.live.LiveView with --live on a terminal
 
     # -- the job's process group and the terminal -----------------------------------------
     def _spawn(self, env: dict) -> subprocess.Popen:
         # The job gets its own process group so that the whole tree can be signalled (and,
         # on a terminal, made the foreground group: Ctrl-C then reaches the job, as it would
         # without dldoctor, and dldoctor keeps running to write the report).
+        out = {}
+        if self.live is not None:  # its output goes above the live panel
+            out_fd = self.live.job_output()
+            out = {"stdout": out_fd, "stderr": out_fd}
         try:
             if sys.version_info >= (3, 11):
-                return subprocess.Popen(self.cmd, env=env, process_group=0)
-            return subprocess.Popen(self.cmd, env=env, preexec_fn=os.setpgrp)
+                return subprocess.Popen(self.cmd, env=env, process_group=0, **out)
+            return subprocess.Popen(self.cmd, env=env, preexec_fn=os.setpgrp, **out)
         except FileNotFoundError:
             from .._watcher import command_not_found
 
@@ -81,6 +88,9 @@ class JobRun:
             err = DldoctorError(f"permission denied: cannot execute {self.cmd[0]}")
             err.exit_code = 126
             raise err from None
+        finally:
+            if out:
+                os.close(out["stdout"])  # the job holds it now
 
     def _give_terminal(self, pgid: int) -> None:
         try:
@@ -134,15 +144,20 @@ class JobRun:
         from .._watcher import Watcher
         from ..reporters import terminal
 
-        watcher = Watcher(hang_timeout_s=self.args.hang_timeout)
+        watcher = Watcher(
+            hang_timeout_s=self.args.hang_timeout,
+            trace_max_events=TRACE_MAX_EVENTS if self.args.trace else 0,
+        )
         try:
             watcher.collect_facts()
             self._install_handlers()
+            self._start_live(watcher)
             self.child = self._spawn(watcher.child_env())
             self._give_terminal(self.child.pid)
             watcher.start(self.child.pid)
             code = self._wait(watcher)
             self._take_terminal_back()
+            self._stop_live()
             report = watcher.finish(command=self.cmd, exit_code=code)
             if self.aborted:
                 report.notes.append(
@@ -151,8 +166,10 @@ class JobRun:
             terminal.print_report(report)
             if self.args.json:
                 report.write_json(self.args.json)
+            self._write_html_and_trace(watcher, report)
             return HANG_ABORT_EXIT if self.aborted else code
         finally:
+            self._stop_live()
             self._take_terminal_back()
             self._restore_handlers()
             if self.child is not None and self.child.poll() is None:
@@ -162,6 +179,38 @@ class JobRun:
                     pass
                 self.child.wait()
             watcher.cleanup()
+
+    # -- --live, --html, --trace -----------------------------------------------------------
+    def _start_live(self, watcher) -> None:
+        if not self.args.live:
+            return
+        from ..reporters.live import LiveView
+
+        view = LiveView(watcher, self.cmd)
+        if not view.usable:
+            print("dldoctor: --live needs a terminal; going on without it", file=sys.stderr)
+            return
+        self.live = view.__enter__()
+
+    def _stop_live(self) -> None:
+        if self.live is not None:
+            live, self.live = self.live, None
+            live.stop()
+
+    def _write_html_and_trace(self, watcher, report) -> None:
+        if self.args.html:
+            from ..reporters import html
+
+            html.write(self.args.html, report)
+            print(f"dldoctor: HTML report written to {self.args.html}", file=sys.stderr)
+        if self.args.trace:
+            from ..reporters import chrome_trace
+
+            chrome_trace.write(self.args.trace, watcher.monitor.trace_events(), report)
+            print(
+                f"dldoctor: trace written to {self.args.trace} (open it in ui.perfetto.dev)",
+                file=sys.stderr,
+            )
 
     def _on_hang(self, watcher) -> None:
         """Print the hang diagnosis (and the report so far) now: the job may never end."""
@@ -201,6 +250,8 @@ class JobRun:
             except subprocess.TimeoutExpired:
                 pass
             watcher.poll()
+            if self.live is not None:
+                self.live.tick()
             hang = watcher.new_hang()
             if hang is not None:
                 self._on_hang(watcher)

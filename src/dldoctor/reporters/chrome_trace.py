@@ -1,0 +1,239 @@
+"""The Chrome trace event format (JSON) of a run, for Perfetto (ui.perfetto.dev) and
+chrome://tracing: a track per worker with its fetch / getitem / collate spans, a track per
+loader in the main process with its wait and step spans, and counter tracks (shm used,
+available memory, CPU). Rendered from the events and counters the monitor recorded.
+
+Every timestamp is CLOCK_MONOTONIC (the one clock all the job's processes share), in
+microseconds as the format wants; durations come from the same records, so spans of one
+process line up with those of another to the microsecond.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections import defaultdict
+
+from ..errors import DldoctorError
+
+# Event kinds (trace/event.hpp).
+K_ITER_START, K_WORKER_BATCH, K_MAIN_BATCH, K_WORKER_START = 1, 2, 3, 4
+K_WORKER_EXIT, K_WORKER_EXCEPTION, K_ITER_END, K_WORKER_DIED = 5, 6, 7, 8
+B_PROFILED = 1
+
+# Synthetic ids: above any Linux pid (pid_max <= 2**22), so they never meet a real one.
+MACHINE_PID = 1 << 30
+MAIN_LOOP_TID = 1 << 24  # + loader id: the main process's wait/step track of a loader
+MAIN_FETCH_TID = 2 << 24  # + loader id: fetches in the main process (num_workers=0)
+END_REASONS = {0: "exhausted", 1: "shut down early", 2: "creation failed"}
+
+
+def _us(ns: int) -> float:
+    return round(ns / 1000.0, 3)
+
+
+class _Epochs:
+    """Which epoch of a loader a timestamp falls in, from its iterators' start times (the
+    hooks write an iterator's start before it asks its workers for anything)."""
+
+    def __init__(self):
+        self.starts: dict[int, list[tuple[int, int]]] = defaultdict(list)
+
+    def add(self, loader: int, t_ns: int, epoch: int) -> None:
+        self.starts[loader].append((t_ns, epoch))
+
+    def finish(self) -> None:
+        for v in self.starts.values():
+            v.sort()
+
+    def of(self, loader: int, t_ns: int) -> int | None:
+        v = self.starts.get(loader)
+        if not v:
+            return None
+        i = bisect.bisect_right(v, (t_ns, float("inf"))) - 1
+        return v[max(i, 0)][1]
+
+
+def build(trace: dict, report=None) -> dict:
+    """The trace as a dict in the trace event format (JSON object form)."""
+    raw = sorted(trace.get("events") or [], key=lambda e: e[2])
+    out: list[dict] = []
+    names: dict[tuple[int, int | None], str] = {}  # (pid, tid or None) -> name
+    sort_index: dict[int, int] = {}
+    epochs = _Epochs()
+    main_pids: dict[int, int] = {}  # loader -> main pid
+    worker_of_pid: dict[int, tuple[int, int]] = {}
+
+    for kind, pid, t, _flags, loader, worker, _index, _count, v0, v1, v2, v3 in raw:
+        if kind == K_ITER_START:
+            epochs.add(loader, t, v3)
+            if v1 > 0:
+                main_pids[loader] = v1
+        elif kind in (K_WORKER_START, K_WORKER_BATCH) and worker >= 0:
+            worker_of_pid[pid] = (loader, worker)
+    epochs.finish()
+
+    for pid, (loader, worker) in worker_of_pid.items():
+        names[(pid, None)] = f"loader {loader} worker {worker} (pid {pid})"
+        names[(pid, pid)] = f"worker {worker}: fetch"
+        sort_index[pid] = 100 + loader * 1000 + worker
+    for loader, pid in main_pids.items():
+        names[(pid, None)] = f"main process (pid {pid})"
+        names[(pid, MAIN_LOOP_TID + loader)] = f"loader {loader}: wait / step"
+        sort_index[pid] = 0
+
+    for kind, pid, t, flags, loader, worker, index, count, v0, v1, v2, v3 in raw:
+        epoch = epochs.of(loader, t)
+        if kind == K_WORKER_BATCH:
+            if v0 < 0:
+                continue
+            if worker >= 0:
+                tid = pid
+            else:  # the main process fetched it itself (num_workers=0)
+                tid = MAIN_FETCH_TID + loader
+                names.setdefault((pid, None), f"main process (pid {pid})")
+                names[(pid, tid)] = f"loader {loader}: fetch (num_workers=0)"
+            args = {"batch": index, "loader": loader, "worker": worker, "epoch": epoch,
+                    "samples": count}
+            if v2 > 0:
+                args["cpu_ms"] = round(v2 / 1e6, 3)
+            if v3 >= 0:
+                args["bytes"] = v3
+            if flags & B_PROFILED:
+                args["profiled"] = True
+            out.append(_span(f"fetch {index}", "fetch", pid, tid, t, v0, args))
+            collate = v1 if 0 <= v1 <= v0 else 0
+            # torch's fetch gets every sample, then collates them: getitem first.
+            out.append(_span(f"getitem {index}", "getitem", pid, tid, t, v0 - collate,
+                             {"batch": index, "samples": count}))
+            if v1 >= 0:
+                out.append(_span(f"collate {index}", "collate", pid, tid, t + v0 - collate,
+                                 collate, {"batch": index}))
+        elif kind == K_MAIN_BATCH:
+            tid = MAIN_LOOP_TID + loader
+            names.setdefault((pid, None), f"main process (pid {pid})")
+            names.setdefault((pid, tid), f"loader {loader}: wait / step")
+            wait = max(v0, 0)
+            if v1 >= 0:
+                # The consumer's step on the previous batch: from its hand-out to this ask.
+                out.append(_span(f"step {index - 1}", "step", pid, tid, t - v1, v1,
+                                 {"batch": index - 1, "loader": loader, "epoch": epoch}))
+            args = {"batch": index, "loader": loader, "worker": worker, "epoch": epoch}
+            if v2 >= 0:
+                args["pin_memory_ms"] = round(v2 / 1e6, 3)
+            out.append(_span(f"wait {index}", "wait", pid, tid, t, wait, args))
+        elif kind == K_ITER_START:
+            tid = MAIN_LOOP_TID + loader
+            out.append(_instant(f"epoch {v3} starts", pid, tid, t,
+                                {"num_workers": worker, "batch_size": count or None}))
+        elif kind == K_ITER_END:
+            tid = MAIN_LOOP_TID + loader
+            out.append(_instant(f"epoch {v1} ends ({END_REASONS.get(v0, v0)})", pid, tid, t,
+                                {"batches": index}))
+        elif kind == K_WORKER_START:
+            out.append(_instant("worker starts", pid, pid, t, {"worker": worker}))
+        elif kind == K_WORKER_EXIT:
+            out.append(_instant("worker exits", pid, pid, t,
+                                {"batches": v0, "raised": bool(v1)}))
+        elif kind == K_WORKER_EXCEPTION:
+            out.append(_instant(f"exception in batch {index}", pid, pid, t, {"batch": index}))
+        elif kind == K_WORKER_DIED:
+            tid = MAIN_LOOP_TID + loader
+            how = f"signal {v1}" if v1 > 0 else f"exit code {v0}"
+            out.append(_instant(f"worker {worker} died ({how})", pid, tid, t,
+                                {"worker": worker, "pid": v2}))
+
+    out.extend(_counters(trace, worker_of_pid, set(main_pids.values()), names))
+
+    kept, dropped = len(raw), int(trace.get("dropped_events") or 0)
+    if dropped and raw:
+        out.append({"name": f"trace cut: {dropped} later events were not kept "
+                    f"(cap {trace.get('max_events')})", "ph": "i", "s": "g",
+                    "ts": _us(raw[-1][2]), "pid": MACHINE_PID, "tid": 0})
+
+    meta: list[dict] = []
+    for (pid, tid), name in names.items():
+        if tid is None:
+            meta.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}})
+            if pid in sort_index:
+                meta.append({"name": "process_sort_index", "ph": "M", "pid": pid,
+                             "args": {"sort_index": sort_index[pid]}})
+        else:
+            meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                         "args": {"name": name}})
+    other = {
+        "tool": "dldoctor",
+        "clock": "CLOCK_MONOTONIC",
+        "events_kept": kept,
+        "events_dropped": dropped,
+        "counters_dropped": int(trace.get("dropped_counters") or 0),
+        "cut": bool(dropped),
+    }
+    if report is not None:
+        other.update(verdict=report.verdict, command=report.command,
+                     tool_version=report.tool_version)
+    return {"traceEvents": meta + out, "displayTimeUnit": "ms", "otherData": other}
+
+
+def _span(name, cat, pid, tid, t_ns, dur_ns, args) -> dict:
+    return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": _us(t_ns),
+            "dur": _us(max(dur_ns, 0)), "args": args}
+
+
+def _instant(name, pid, tid, t_ns, args) -> dict:
+    return {"name": name, "ph": "i", "s": "t", "pid": pid, "tid": tid, "ts": _us(t_ns),
+            "args": args}
+
+
+def _counters(trace: dict, worker_of_pid: dict, main_pids: set, names: dict) -> list[dict]:
+    out = []
+    machine = sorted(trace.get("machine") or [], key=lambda m: m[0])
+    if machine:
+        names[(MACHINE_PID, None)] = "machine"
+    for t, cpu_busy, shm_used, shm_total, mem_available in machine:
+        ts = _us(t)
+        if shm_used is not None:
+            args = {"used": round(shm_used / 2**20, 3)}
+            if shm_total is not None:
+                args["free"] = round((shm_total - shm_used) / 2**20, 3)
+            out.append({"name": "/dev/shm (MiB)", "ph": "C", "pid": MACHINE_PID, "ts": ts,
+                        "args": args})
+        if mem_available is not None:
+            out.append({"name": "available memory (MiB)", "ph": "C", "pid": MACHINE_PID,
+                        "ts": ts, "args": {"available": round(mem_available / 2**20, 1)}})
+        if cpu_busy is not None:
+            out.append({"name": "CPU busy (% of all CPUs)", "ph": "C", "pid": MACHINE_PID,
+                        "ts": ts, "args": {"busy": round(cpu_busy, 2)}})
+    # Per-process CPU on the process's own track: only those the events named.
+    for t, pid, _state, cpu in sorted(trace.get("processes") or [], key=lambda p: p[0]):
+        if cpu is None or (pid not in worker_of_pid and pid not in main_pids):
+            continue
+        out.append({"name": "CPU (% of a core)", "ph": "C", "pid": pid, "ts": _us(t),
+                    "args": {"cpu": round(cpu, 2)}})
+    return out
+
+
+def write(path: str, trace: dict | None, report=None) -> None:
+    """Writes the trace to `path` ('-' for stdout)."""
+    if trace is None:
+        raise DldoctorError("no trace was recorded (the monitor kept no events)")
+    doc = build(trace, report)
+    try:
+        if path == "-":
+            import sys
+
+            json.dump(doc, sys.stdout, separators=(",", ":"))
+            sys.stdout.write("\n")
+            return
+        with open(path, "w", encoding="utf-8") as f:
+            # One event per line: a large trace stays greppable and diffable.
+            f.write('{"displayTimeUnit":"ms","otherData":')
+            json.dump(doc["otherData"], f, separators=(",", ":"))
+            f.write(',"traceEvents":[\n')
+            events = doc["traceEvents"]
+            for i, e in enumerate(events):
+                f.write(json.dumps(e, separators=(",", ":")))
+                f.write(",\n" if i + 1 < len(events) else "\n")
+            f.write("]}\n")
+    except OSError as e:
+        raise DldoctorError(f"cannot write the trace to {path}: {e.strerror}") from None
