@@ -220,7 +220,8 @@ class Watcher:
 # Frames of the machinery every fetch passes through: never the user's hot spot.
 _FRAMEWORK_PATHS = (
     os.sep + os.path.join("torch", "utils", "data") + os.sep,
-    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_hooks.py"),
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "_inject") + os.sep,
 )
 
 
