@@ -15,6 +15,7 @@ void ProcessTrack::ingest(const sample::Snapshot& s) {
   p.machine = s.machine;
   p.procs.reserve(s.processes.size());
   for (const sample::ProcessSample& ps : s.processes) {
+    if (ps.open_fds) p.open_fds.emplace_back(ps.pid, *ps.open_fds);
     p.procs.push_back(Proc{ps.pid, ps.cpu_pct, ps.runq_delay_pct, ps.involuntary_cs_per_s,
                            ps.voluntary_cs_per_s, ps.read_bytes_per_s, ps.rchar_per_s});
     auto it = pids_.find(ps.pid);
@@ -34,11 +35,20 @@ void ProcessTrack::ingest(const sample::Snapshot& s) {
     t.vcs.add(ps.voluntary_cs_per_s);
     t.read_bps.add(ps.read_bytes_per_s);
     t.rchar_ps.add(ps.rchar_per_s);
+    if (ps.open_fds) t.open_fds_max = std::max(t.open_fds_max.value_or(0), *ps.open_fds);
+    if (ps.rss_bytes) t.rss_max = std::max(t.rss_max.value_or(0), *ps.rss_bytes);
   }
   m_cpu_busy_.add(s.machine.cpu_busy_pct);
   m_io_.add(s.machine.io_pressure_some);
   m_cpu_p_.add(s.machine.cpu_pressure_some);
   m_mem_p_.add(s.machine.mem_pressure_some);
+  m_swap_in_.add(s.machine.swap_in_per_s);
+  m_swap_out_.add(s.machine.swap_out_per_s);
+  if (s.machine.shm_total_bytes) m_shm_total_ = s.machine.shm_total_bytes;
+  if (const auto& u = s.machine.shm_used_bytes) {
+    m_shm_max_ = std::max(m_shm_max_.value_or(*u), *u);
+    m_shm_min_ = std::min(m_shm_min_.value_or(*u), *u);
+  }
   if (s.machine.mem_available_bytes)
     m_mem_min_ = std::min(m_mem_min_.value_or(*s.machine.mem_available_bytes),
                           *s.machine.mem_available_bytes);
@@ -80,6 +90,10 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
       reads += t.read_bps.sum, n_reads += t.read_bps.n;
       rchar += t.rchar_ps.sum, n_rchar += t.rchar_ps.n;
       if (auto m = t.cpu.mean()) a.cpu_pct_each.emplace_back(pid, *m);
+      if (t.open_fds_max && (!a.open_fds_max || *t.open_fds_max > *a.open_fds_max)) {
+        a.open_fds_max = t.open_fds_max;
+        a.open_fds_max_pid = pid;
+      }
     }
     // Rates of the set together: each pass's sum, averaged over the passes that spanned
     // the set's lifetime (a pid absent from a pass read nothing in it).
@@ -109,6 +123,11 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
         if (pr.read_bps) pass_reads += *pr.read_bps, any_reads = true, ++n_reads;
         if (pr.rchar_ps) pass_rchar += *pr.rchar_ps, any_rchar = true, ++n_rchar;
       }
+      for (const auto& [pid, fds] : p.open_fds)
+        if (want.count(pid) && (!a.open_fds_max || fds > *a.open_fds_max)) {
+          a.open_fds_max = fds;
+          a.open_fds_max_pid = pid;
+        }
       if (any_reads) reads += pass_reads, ++passes_reads;
       if (any_rchar) rchar += pass_rchar, ++passes_rchar;
     }
@@ -134,9 +153,14 @@ MachineAgg ProcessTrack::machine(int64_t from_ns, int64_t to_ns) const {
     m.cpu_pressure_some = m_cpu_p_.mean();
     m.mem_pressure_some = m_mem_p_.mean();
     m.mem_available_min_bytes = m_mem_min_;
+    m.shm_total_bytes = m_shm_total_;
+    m.shm_used_max_bytes = m_shm_max_;
+    m.shm_used_min_bytes = m_shm_min_;
+    m.swap_in_per_s = m_swap_in_.mean();
+    m.swap_out_per_s = m_swap_out_.mean();
     return m;
   }
-  Sum busy, io, cpu_p, mem_p;
+  Sum busy, io, cpu_p, mem_p, swap_in, swap_out;
   for (const Pass& p : passes_kept_) {
     if (p.t_ns < from_ns || p.t_ns > to_ns) continue;
     ++m.passes;
@@ -144,6 +168,13 @@ MachineAgg ProcessTrack::machine(int64_t from_ns, int64_t to_ns) const {
     io.add(p.machine.io_pressure_some);
     cpu_p.add(p.machine.cpu_pressure_some);
     mem_p.add(p.machine.mem_pressure_some);
+    swap_in.add(p.machine.swap_in_per_s);
+    swap_out.add(p.machine.swap_out_per_s);
+    if (p.machine.shm_total_bytes) m.shm_total_bytes = p.machine.shm_total_bytes;
+    if (const auto& u = p.machine.shm_used_bytes) {
+      m.shm_used_max_bytes = std::max(m.shm_used_max_bytes.value_or(*u), *u);
+      m.shm_used_min_bytes = std::min(m.shm_used_min_bytes.value_or(*u), *u);
+    }
     if (p.machine.mem_available_bytes)
       m.mem_available_min_bytes = std::min(
           m.mem_available_min_bytes.value_or(*p.machine.mem_available_bytes),
@@ -153,7 +184,15 @@ MachineAgg ProcessTrack::machine(int64_t from_ns, int64_t to_ns) const {
   m.io_pressure_some = io.mean();
   m.cpu_pressure_some = cpu_p.mean();
   m.mem_pressure_some = mem_p.mean();
+  m.swap_in_per_s = swap_in.mean();
+  m.swap_out_per_s = swap_out.mean();
   return m;
+}
+
+std::optional<int64_t> ProcessTrack::rss_max(int pid) const {
+  auto it = pids_.find(pid);
+  if (it == pids_.end()) return std::nullopt;
+  return it->second.rss_max;
 }
 
 std::optional<std::pair<int64_t, int64_t>> ProcessTrack::seen(int pid) const {

@@ -26,6 +26,8 @@ struct ProcAgg {
   std::optional<double> read_bytes_per_s;         ///< all the set together: from storage
   std::optional<double> rchar_per_s;              ///< all the set together: all reads
   std::vector<std::pair<int, double>> cpu_pct_each;  ///< per pid, mean % of one core
+  std::optional<int64_t> open_fds_max;  ///< most descriptors one process of the set held
+  int open_fds_max_pid = 0;             ///< the process that held them
 };
 
 /// Machine figures over a stretch of time (means of the passes that knew them).
@@ -36,6 +38,11 @@ struct MachineAgg {
   std::optional<double> cpu_pressure_some;
   std::optional<double> mem_pressure_some;
   std::optional<int64_t> mem_available_min_bytes;
+  std::optional<int64_t> shm_total_bytes;     ///< /dev/shm size (the newest pass)
+  std::optional<int64_t> shm_used_max_bytes;  ///< /dev/shm in use, most and least seen
+  std::optional<int64_t> shm_used_min_bytes;
+  std::optional<double> swap_in_per_s;        ///< pages/s, mean
+  std::optional<double> swap_out_per_s;
 };
 
 /// Sampler state.
@@ -52,6 +59,8 @@ class ProcessTrack {
   MachineAgg machine(int64_t from_ns, int64_t to_ns) const;
   /// When the sampler first and last saw `pid` (empty: never).
   std::optional<std::pair<int64_t, int64_t>> seen(int pid) const;
+  /// The most resident memory the sampler saw `pid` use (empty: never read).
+  std::optional<int64_t> rss_max(int pid) const;
   /// Whether the newest pass saw `pid` (empty: no pass yet).
   std::optional<bool> alive_in_latest(int pid) const;
   bool any() const noexcept { return passes_ > 0; }
@@ -67,6 +76,7 @@ class ProcessTrack {
     int64_t seq = 0;
     sample::MachineSample machine;
     std::vector<Proc> procs;
+    std::vector<std::pair<int, int64_t>> open_fds;  // (pid, fds) where read in this pass
   };
   struct Sum {
     double sum = 0;
@@ -81,6 +91,7 @@ class ProcessTrack {
     int64_t first_seq = 0, last_seq = 0;
     int samples = 0;
     Sum cpu, runq, ics, vcs, read_bps, rchar_ps;
+    std::optional<int64_t> open_fds_max, rss_max;
   };
 
   std::deque<Pass> passes_kept_;
@@ -89,6 +100,8 @@ class ProcessTrack {
   int64_t latest_ns_ = 0;
   Sum m_cpu_busy_, m_io_, m_cpu_p_, m_mem_p_;
   std::optional<int64_t> m_mem_min_;
+  std::optional<int64_t> m_shm_max_, m_shm_min_, m_shm_total_;
+  Sum m_swap_in_, m_swap_out_;
 };
 
 }  // namespace dldoctor::analyze

@@ -27,6 +27,11 @@ std::vector<report::Finding> run_rules(const JobView& job) {
   rule_slow_collate(job, out);
   rule_io_bound(job, out);
   rule_main_process_bound(job, out);
+  rule_shm_exhausted(job, out);
+  rule_memory_pressure(job, out);
+  rule_fd_limit(job, out);
+  rule_worker_died(job, out);
+  rule_cuda_oom(job, out);
   order_findings(out);
   return out;
 }

@@ -42,6 +42,19 @@ void rule_slow_collate(const JobView& job, std::vector<report::Finding>& out);
 /// Workers wait (off-CPU) most of the fetch and cannot keep up.
 void rule_io_bound(const JobView& job, std::vector<report::Finding>& out);
 
+// Failures and the risks that precede them (issue 4): one file each.
+/// /dev/shm too small for the batches in flight: predicted, or a worker failed on it.
+void rule_shm_exhausted(const JobView& job, std::vector<report::Finding>& out);
+/// pinned_memory_pressure / ram_pressure: memory short, swapping or stalled on it; and
+/// pin_memory=True without an accelerator (info).
+void rule_memory_pressure(const JobView& job, std::vector<report::Finding>& out);
+/// Descriptors near RLIMIT_NOFILE, or "Too many open files" passing batches.
+void rule_fd_limit(const JobView& job, std::vector<report::Finding>& out);
+/// A worker killed by a signal or exiting non-zero, with the reason.
+void rule_worker_died(const JobView& job, std::vector<report::Finding>& out);
+/// cuda_oom (out of memory raised) / cuda_oom_risk (peaks near the device's memory).
+void rule_cuda_oom(const JobView& job, std::vector<report::Finding>& out);
+
 /// Worker oversubscription as too_many_workers sees it.
 struct Oversubscription {
   int total_workers = 0;

@@ -71,6 +71,7 @@ void Session::ingest(const trace::Event& e) noexcept {
       break;
     case trace::EventKind::kWorkerDied: {
       l.on_worker_died();
+      failures_.on_death_event(e);
       // Written by the main process, with the dead worker's pid in v[2] when it knew it;
       // else the dead worker is the newest pid of that id.
       WorkerPid* newest = nullptr;
@@ -261,6 +262,9 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
                                    v.to_ns);
   v.main_process = procs_.aggregate(main_pids, from, v.to_ns);
   v.machine = procs_.machine(from, v.to_ns);
+  v.failures = failures_.view(from, v.to_ns);
+  for (WorkerDeath& d : v.failures.deaths)
+    if (d.pid > 0 && !d.rss_peak_bytes) d.rss_peak_bytes = procs_.rss_max(d.pid);
   return v;
 }
 

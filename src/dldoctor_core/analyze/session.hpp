@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dldoctor_core/analyze/failure_log.hpp"
 #include "dldoctor_core/analyze/loader_track.hpp"
 #include "dldoctor_core/analyze/process_track.hpp"
 #include "dldoctor_core/analyze/view.hpp"
@@ -84,6 +85,9 @@ class Session {
   /// Hot functions of a loader's fetch from one or more sampled profiles. Figures add up
   /// over calls (each call brings new profiles), per function (name and location).
   void add_hot_functions(uint16_t loader, std::vector<HotFunction> functions);
+  /// A failure note from the side logs (worker death details, error texts, runtime facts,
+  /// the job's memory cgroup, CUDA memory); kept bounded in a FailureLog.
+  void note(FailureNote n);
 
   /// Findings over `w`, most important first. now_ns = 0: the newest time seen.
   std::vector<report::Finding> findings(int64_t now_ns, Window w) const;
@@ -122,6 +126,7 @@ class Session {
   ProcessTrack procs_;
   std::unordered_map<int, WorkerPid> worker_pids_;
   std::map<uint16_t, std::vector<HotFunction>> hot_;
+  FailureLog failures_;
   int64_t first_ns_ = 0;
   int64_t latest_ns_ = 0;
   int64_t events_ = 0;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "dldoctor_core/analyze/failure_log.hpp"
 #include "dldoctor_core/analyze/loader_track.hpp"
 #include "dldoctor_core/analyze/process_track.hpp"
 #include "dldoctor_core/system/facts.hpp"
@@ -73,6 +74,8 @@ struct JobView {
   ProcAgg all_workers;   ///< sampler figures over every worker process
   ProcAgg main_process;  ///< sampler figures over the main process(es)
   MachineAgg machine;
+  /// Deaths, error texts and runtime facts of the job (failure rules).
+  FailureView failures;
 
   /// CPUs the workers may use: facts.cpu.usable, else the affinity count. Never the
   /// machine's CPU count: a cgroup quota or taskset makes that a lie.
