@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include "dldoctor_core/common/clock.hpp"
@@ -84,6 +85,7 @@ struct Sampler::State {
 
   std::mutex callback_mutex;
   std::shared_ptr<const std::function<void(const Snapshot&)>> callback;
+  std::shared_ptr<const std::function<bool(int)>> smaps_first;  // under callback_mutex
 
   mutable std::mutex run_mutex;
   std::condition_variable wake;
@@ -164,13 +166,21 @@ void Sampler::State::read_smaps(Snapshot& snap, const std::vector<ProcessReader*
                           : std::min(cap, smaps_tokens_ns + rate * double(now - smaps_refilled_ns));
     smaps_refilled_ns = now;
   }
-  std::vector<std::pair<uint64_t, size_t>> due;  // (pass of the last read, index)
+  std::shared_ptr<const std::function<bool(int)>> first;
+  {
+    std::lock_guard lock(callback_mutex);
+    first = smaps_first;
+  }
+  // (not preferred, pass of the last read, index): preferred processes first, then the
+  // longest waiting.
+  std::vector<std::tuple<bool, uint64_t, size_t>> due;
   for (size_t i = 0; i < readers.size(); ++i) {
     const uint64_t last = readers[i]->smaps_pass();
-    if (last == 0 || passes - last >= uint64_t(options.smaps_every)) due.emplace_back(last, i);
+    if (last == 0 || passes - last >= uint64_t(options.smaps_every))
+      due.emplace_back(first && !(*first)(snap.processes[i].pid), last, i);
   }
   std::sort(due.begin(), due.end());
-  for (auto [last, i] : due) {
+  for (auto [later, last, i] : due) {
     if (capped && smaps_tokens_ns <= 0) break;
     smaps_tokens_ns -= double(readers[i]->read_smaps(buf, passes, snap.processes[i]));
   }
@@ -296,6 +306,12 @@ void Sampler::set_callback(std::function<void(const Snapshot&)> callback) {
                      : nullptr;
   std::lock_guard lock(state_->callback_mutex);
   state_->callback = std::move(cb);
+}
+
+void Sampler::set_smaps_priority(std::function<bool(int)> first) {
+  auto f = first ? std::make_shared<const std::function<bool(int)>>(std::move(first)) : nullptr;
+  std::lock_guard lock(state_->callback_mutex);
+  state_->smaps_first = std::move(f);
 }
 
 uint64_t Sampler::samples_taken() const {

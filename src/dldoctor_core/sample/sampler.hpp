@@ -76,6 +76,11 @@ class Sampler {
   /// An exception it throws is swallowed (the sampler goes on). An empty function removes it.
   void set_callback(std::function<void(const Snapshot&)> callback);
 
+  /// Processes for which `first(pid)` is true have their smaps_rollup read before the others
+  /// when the budget cannot read all that are due (the analyzer wants its DataLoader
+  /// workers' memory most). Called on the sampling thread; keep it cheap. Empty: none.
+  void set_smaps_priority(std::function<bool(int)> first);
+
   /// Passes taken so far (thread and sample_once).
   uint64_t samples_taken() const;
   /// Thread CPU time of all passes so far, in nanoseconds.
