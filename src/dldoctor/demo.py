@@ -17,7 +17,20 @@ import tempfile
 import time
 
 
-def make_images(folder: str, count: int, size=(1600, 1200)) -> list[str]:
+def progress():
+    """A progress display on stdout (rich is dldoctor's own dependency)."""
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("demo: {task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeRemainingColumn(),
+    )
+
+
+def make_images(folder: str, count: int, size=(1600, 1200), bar=None) -> list[str]:
     import numpy as np
     from PIL import Image
 
@@ -25,6 +38,7 @@ def make_images(folder: str, count: int, size=(1600, 1200)) -> list[str]:
     paths = []
     # Smooth gradients plus noise: compresses like a photo, decodes like one.
     y, x = np.mgrid[0 : size[1], 0 : size[0]]
+    task = bar.add_task(f"writing {count} full-size JPEGs", total=count, status="") if bar else None
     for i in range(count):
         base = (x * (i + 1) + y * 3) % 256
         noise = rng.integers(0, 40, size=(size[1], size[0], 3))
@@ -32,6 +46,8 @@ def make_images(folder: str, count: int, size=(1600, 1200)) -> list[str]:
         path = os.path.join(folder, f"img_{i:04d}.jpg")
         Image.fromarray(arr).save(path, quality=90)
         paths.append(path)
+        if bar is not None:
+            bar.advance(task)
     return paths
 
 
@@ -74,8 +90,8 @@ def main(argv=None) -> int:
 
     folder = tempfile.mkdtemp(prefix="dldoctor-demo-")
     try:
-        print(f"demo: writing {args.images} full-size JPEGs to {folder} ...", flush=True)
-        paths = make_images(folder, args.images)
+        with progress() as bar:
+            paths = make_images(folder, args.images, bar=bar)
         loader = DataLoader(
             Photos(paths), batch_size=args.batch_size, shuffle=True, num_workers=args.workers
         )
@@ -84,18 +100,26 @@ def main(argv=None) -> int:
         )
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         start, steps = time.monotonic(), 0
-        print(
-            f"demo: training for {args.seconds:.0f} s with num_workers={args.workers} ...",
-            flush=True,
-        )
-        for x, y in loader:
-            loss = nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            steps += 1
-            if time.monotonic() - start > args.seconds:
-                break
+        with progress() as bar:
+            task = bar.add_task(
+                f"training for {args.seconds:.0f} s, num_workers={args.workers}",
+                total=args.seconds,
+                status="",
+            )
+            for x, y in loader:
+                loss = nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                steps += 1
+                elapsed = time.monotonic() - start
+                bar.update(
+                    task,
+                    completed=min(elapsed, args.seconds),
+                    status=f"{steps} steps, {steps * args.batch_size / elapsed:.0f} images/s",
+                )
+                if elapsed > args.seconds:
+                    break
         rate = steps * args.batch_size / (time.monotonic() - start)
         print(f"demo: {steps} steps, {rate:.0f} images/s", flush=True)
     finally:
