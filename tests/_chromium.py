@@ -147,10 +147,13 @@ class Chromium:
             if m["method"] == "Network.requestWillBeSent"
         ]
 
-    def screenshot(self, path: str, width: int = 1200) -> None:
+    def screenshot(self, path: str, width: int = 1200, max_height: int | None = None) -> None:
         height = int(self.evaluate("document.documentElement.scrollHeight"))
+        if max_height:
+            height = min(height, max_height)
         self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
                   deviceScaleFactor=1, mobile=False)
+        self.call("Emulation.setScrollbarsHidden", hidden=True)
         time.sleep(0.5)  # plotly's responsive charts redraw at the new width
         data = self.call("Page.captureScreenshot", format="png")["data"]
         with open(path, "wb") as f:

@@ -107,7 +107,7 @@ def test_html_opens_offline_with_verdict_findings_and_charts(slow_getitem_run):
         if os.environ.get("DLDOCTOR_UPDATE_DOCS"):
             chrome.open("file://" + page)
             os.makedirs(os.path.dirname(DOCS_PNG), exist_ok=True)
-            chrome.screenshot(DOCS_PNG)
+            chrome.screenshot(DOCS_PNG, max_height=2700)  # the verdict, findings, loop and workers
 
 
 def test_series_in_the_json_report(slow_getitem_run):

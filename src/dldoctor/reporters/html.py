@@ -70,7 +70,7 @@ def render(report) -> str:
                 div_id=fig_id,
                 config={"displaylogo": False, "responsive": True},
             )
-            note_html = f'<p class="note">{html.escape(note)}</p>' if note else ""
+            note_html = f'<p class="note">{note}</p>' if note else ""  # notes are this module's own HTML
             chart_html.append(
                 f'<div class="chart" data-title="{html.escape(title)}">{div}{note_html}</div>'
             )
@@ -266,6 +266,7 @@ def _layout(fig, title: str, y_title: str, height: int = 300, **kw) -> None:
         template="plotly_white",
         legend={"orientation": "h", "y": -0.25},
         hovermode="x unified",
+        yaxis_rangemode="tozero",  # a rate or a share read against its zero, not magnified
         **kw,
     )
 
@@ -311,7 +312,13 @@ def _charts(report, go) -> list[tuple[str, list]]:
         per_worker.append(("chart-cpu", "cpu", fig, None))
     states = [p for p in ordered if (p.get("state") or "").strip()]
     if states:
-        per_worker.append(("chart-state", "state", _state_heatmap(go, t, states), None))
+        legend = " ".join(
+            f'<span class="swatch" style="background:{color}"></span>{letter} {name}'
+            for letter, name, color in STATES[:5]
+        )
+        per_worker.append(("chart-state", "state", _state_heatmap(go, t, states),
+                           f"{legend}<br>A worker that should be computing but sleeps is waiting "
+                           "on something: storage, a lock, the queue."))
     runq = [p for p in ordered if _has(p.get("runq_delay_pct"))]
     if runq:
         fig = go.Figure()
@@ -415,11 +422,7 @@ def _state_heatmap(go, t, procs):
             zmax=n - 0.5,
             colorscale=scale,
             hovertemplate="%{y}<br>%{x:.1f} s: %{text}<extra></extra>",
-            colorbar={
-                "tickvals": list(range(n)),
-                "ticktext": [f"{s[0]} {s[1]}" for s in STATES],
-                "thickness": 12,
-            },
+            showscale=False,  # the legend is the note under the chart: a colorbar of 6 bands is unreadable
             xgap=0,
             ygap=2,
         )
@@ -491,6 +494,8 @@ table.loaders th, table.loaders td { padding: 3px 12px; border-bottom: 1px solid
 table.loaders th:first-child { text-align: left; font-weight: 600; }
 .chart { margin: 8px 0 18px; }
 .note { color: #666; font-size: 12.5px; margin: 2px 0 0; }
+.swatch { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 10px;
+          border-radius: 2px; vertical-align: baseline; }
 pre.stack { background: #272822; color: #f8f8f2; padding: 10px; border-radius: 4px;
             overflow-x: auto; font-size: 12px; }
 """
