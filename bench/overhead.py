@@ -1,0 +1,207 @@
+"""What watching a whole job costs, `dldoctor run` end to end (DESIGN.md section 6: a watched
+loop keeps >= 98% of its unwatched throughput on a tiny-batch worst case, >= 99.5% on a
+typical one), and what `--live` and `--trace` add to a plain `run`:
+
+    python bench/overhead.py [--rounds 5] [--batches 12000] [--kind tiny|typical]
+
+Each round runs the same job unwatched and under each dldoctor mode, in an order that
+alternates between rounds, all in a pseudo-terminal (`--live` needs one; the others get the
+same conditions). The job times its own steady loop (after a warm-up) and reports batches/s
+and its CPU time. Two figures per mode:
+- throughput ratio: the job's batches/s against the unwatched run of the same round (median
+  of the rounds). On a shared 2-core machine it swings by several % with the neighbours;
+- watcher CPU: the dldoctor process's own CPU time (all its threads: drain, sampler,
+  watchdog, the Python loop and the live panel) over the job's timed loop, as a % of one
+  core, read by the job from /proc/<its parent>/stat. On a job that keeps every core busy,
+  this is about the throughput it can take away, and it is the steadier figure.
+
+Reuses the approach of bench/event_python.py (alternating rounds, median pair ratio, CPU
+figures as the conservative check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pty
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BUDGET = {"tiny": 0.98, "typical": 0.995}
+MODES = {
+    "unwatched": None,
+    "run": [],
+    "run --trace": ["--trace", "{tmp}/t.json"],
+    "run --live": ["--live"],
+    "run --live --trace": ["--live", "--trace", "{tmp}/t.json"],
+}
+
+JOB = r"""
+import json, os, resource, sys, time
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+kind, batches, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+WARMUP = 200
+
+class Tiny(Dataset):  # the worst case: almost no work per sample, thousands of batches/s
+    def __len__(self):
+        return (batches + WARMUP) * 8
+    def __getitem__(self, i):
+        return i
+
+class Typical(Dataset):  # 4 KiB samples, batch 64
+    def __init__(self):
+        self.base = torch.arange(1024, dtype=torch.float32)
+    def __len__(self):
+        return (batches + WARMUP) * 64
+    def __getitem__(self, i):
+        return self.base + i
+
+if kind == "tiny":
+    loader = DataLoader(Tiny(), batch_size=8, num_workers=2, multiprocessing_context="fork")
+else:
+    loader = DataLoader(Typical(), batch_size=64, num_workers=2, multiprocessing_context="fork")
+def parent_cpu():
+    # The watcher is this job's parent under `dldoctor run`: its CPU over the timed loop is
+    # what it can take from the job (startup and the final report stay out of it).
+    try:
+        with open(f"/proc/{os.getppid()}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+it = iter(loader)
+for _ in range(WARMUP):
+    next(it)
+p0 = parent_cpu()
+n, t0 = 0, time.perf_counter()
+for _ in it:
+    n += 1
+dt = time.perf_counter() - t0
+p1 = parent_cpu()
+watched = bool(os.environ.get("DLDOCTOR_RING"))
+watcher = 100 * (p1 - p0) / dt if watched and p0 is not None and p1 is not None else None
+del it
+me = resource.getrusage(resource.RUSAGE_SELF)
+kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+with open(out, "w") as f:
+    json.dump({"batches_per_s": n / dt, "cpu_s": cpu, "watcher_cpu_pct": watcher}, f)
+"""
+
+
+def run_in_pty(cmd: list[str], cols: int = 120, rows: int = 40, timeout: float = 300) -> int:
+    """Runs `cmd` with a pseudo-terminal as its stdin, stdout and stderr; drains the output."""
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
+
+    def drain():
+        while True:
+            try:
+                if not os.read(master, 65536):
+                    return
+            except OSError:
+                return
+
+    t = threading.Thread(target=drain, daemon=True)
+    t.start()
+    # A new session makes the pty the command's controlling terminal, as a user's shell would.
+    p = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env,
+                         start_new_session=True)
+    os.close(slave)
+    try:
+        rc = p.wait(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        t.join(timeout=5)
+        os.close(master)
+    return rc
+
+
+def one(mode: str, kind: str, batches: int, tmp: str, job: str) -> dict:
+    out = os.path.join(tmp, "result.json")
+    if os.path.exists(out):
+        os.remove(out)
+    job_cmd = [sys.executable, job, kind, str(batches), out]
+    extra = MODES[mode]
+    if extra is None:
+        cmd = job_cmd
+    else:
+        cmd = [sys.executable, "-m", "dldoctor", "run", "-q",
+               *[a.format(tmp=tmp) for a in extra], "--", *job_cmd]
+    rc = run_in_pty(cmd)
+    if rc != 0 or not os.path.exists(out):
+        raise SystemExit(f"{mode}: exit {rc}, no result")
+    with open(out) as f:
+        return json.load(f)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--batches", type=int, default=12000, help="timed batches per run")
+    ap.add_argument("--kind", choices=sorted(BUDGET), default="tiny")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated, of: " + ", ".join(MODES))
+    args = ap.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",")]
+    if "unwatched" not in modes:
+        modes.insert(0, "unwatched")
+    for m in modes:
+        if m not in MODES:
+            raise SystemExit(f"unknown mode {m!r}")
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    tmp = tempfile.mkdtemp(prefix="dldoctor-overhead-")
+    job = os.path.join(tmp, "job.py")
+    with open(job, "w") as f:
+        f.write(JOB)
+    results: dict[str, list[dict]] = {m: [] for m in modes}
+    try:
+        one("unwatched", args.kind, min(args.batches, 2000), tmp, job)  # warm the page cache
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), transient=True) as progress:
+            task = progress.add_task("rounds", total=args.rounds * len(modes))
+            for r in range(args.rounds):
+                order = modes if r % 2 == 0 else list(reversed(modes))
+                for m in order:
+                    progress.update(task, description=f"round {r + 1}/{args.rounds}: {m}")
+                    results[m].append(one(m, args.kind, args.batches, tmp, job))
+                    progress.advance(task)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    budget = BUDGET[args.kind]
+    base = results["unwatched"]
+    print(f"== dldoctor run overhead, {args.kind} job (2 fork workers), {args.rounds} rounds of "
+          f"{args.batches} batches; budget >= {budget:.1%} of unwatched throughput")
+    print(f"  {'mode':20s} {'batches/s':>10s} {'ratio':>7s}  {'pair ratios':34s} {'watcher CPU':>12s}")
+    for m in modes:
+        bps = statistics.median(x["batches_per_s"] for x in results[m])
+        ratios = [x["batches_per_s"] / b["batches_per_s"] for x, b in zip(results[m], base)]
+        ratio = statistics.median(ratios)
+        cpu = [x["watcher_cpu_pct"] for x in results[m] if x["watcher_cpu_pct"] is not None]
+        cpu_txt = f"{statistics.median(cpu):5.1f}% core" if cpu else "-"
+        verdict = "" if m == "unwatched" else ("ok" if ratio >= budget else "OVER")
+        print(f"  {m:20s} {bps:10.0f} {ratio:7.3f}  {str([round(x, 3) for x in ratios]):34s} "
+              f"{cpu_txt:>12s}  {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
