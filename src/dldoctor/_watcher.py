@@ -138,6 +138,12 @@ class Watcher:
 
     def streaming_verdict(self) -> tuple[str, dict | None]:
         findings = _report.sort_findings(self.monitor.findings(False))
+                if isinstance(rec.get("torch_threads"), int) and isinstance(rec.get("pid"), int):
+                    self.monitor.note_torch_threads(rec["pid"], rec["torch_threads"])
+            if rec.get("type") == "dataset" and rec.get("loader") is not None:
+                self.monitor.note_dataset(int(rec["loader"]), rec)
+            if rec.get("type") == "slow_batch" and rec.get("loader") is not None:
+                self.monitor.note_slow_batch(int(rec["loader"]), rec)
         verdict = _report.verdict_of(findings)
         top = findings[0] if findings and verdict != "healthy" else None
         return verdict, top

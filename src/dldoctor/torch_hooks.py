@@ -72,6 +72,16 @@ PROFILE_TOP = 8
 DETAIL_ALWAYS_NS = 250_000
 DETAIL_SAMPLE_EVERY = 16
 
+# A fetch slower than SLOW_FACTOR x this process's running mean (and at least SLOW_MIN_NS)
+# is reported with its sample indices in the side log, so a straggler finding can name the
+# samples. The mean is updated on the first SLOW_WARMUP fetches, then on every 16th (cheap
+# on a tiny-batch loader); a process writes at most SLOW_MAX_RECORDS such records.
+SLOW_FACTOR = 5
+SLOW_MIN_NS = 10_000_000
+SLOW_WARMUP = 64
+SLOW_MAX_RECORDS = 256
+SLOW_SAMPLES = 64  # sample indices kept per record
+
 # Walking a batch to sum its tensors' bytes stops after this many items (leaves and
 # containers) and reports -1 (unknown): a batch of thousands of small objects must not cost
 # more than the batch itself.
@@ -112,6 +122,7 @@ _Tensor = None
 
 # Main process, per iterator: id(iterator) -> _IterState (cleared when the iterator dies).
 _iters: dict = {}
+_slow = [1 << 62, 0, 0, SLOW_MAX_RECORDS]  # cut ns, mean ns, fetches averaged, records left
 _loader_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _loader_ids_fallback: dict = {}  # for loaders that cannot be weakly referenced or hashed
 _loader_epochs: dict = {}  # loader id -> epochs started
@@ -372,6 +383,7 @@ def _worker_begin(wi: _WorkerInit, worker_id) -> None:
     start_ns = _proc_start_ns()
     if _emit is not None:
         _emit(K_WORKER_START, wi.loader_id, wid, -1, 0, 0, os.getppid(), start_ns)
+    _slow[0], _slow[1], _slow[2], _slow[3] = 1 << 62, 0, 0, SLOW_MAX_RECORDS
     _note(
         "worker_start", loader=wi.loader_id, worker=wid, ppid=os.getppid(), proc_start_ns=start_ns
     )
@@ -528,6 +540,15 @@ def _profile_record(profiler, loader, worker, idx, fetch_ns) -> None:
         code = e.code
         if isinstance(code, str):
             if "_lsprof.Profiler" in code:
+def _torch_threads() -> int | None:
+    """torch's intra-op pool size now (PyTorch sets 1 in workers; user code may raise it)."""
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.get_num_threads()) if torch is not None else None
+    except Exception:
+        return None
+
+
                 continue
             name, loc = code, ""
         else:
@@ -564,6 +585,7 @@ def _profile_record(profiler, loader, worker, idx, fetch_ns) -> None:
 def _make_fetch(orig):
     def fetch(self, possibly_batched_index):
         loader = _ctx[0]
+        torch_threads=_torch_threads(),
         if loader == 0 or _emit is None:
             return orig(self, possibly_batched_index)
         try:
@@ -625,6 +647,11 @@ def _make_fetch(orig):
             except Exception:
                 pass
         return data
+        d = t1 - t0
+        if d > _slow[0]:
+            _slow_fetch(loader, worker, idx, d, possibly_batched_index)
+        elif n < SLOW_WARMUP or not n & 15:
+            _slow_mean(d)
 
     return fetch
 
@@ -635,6 +662,37 @@ def _on_fetch_error(e: BaseException, loader, worker, idx, t0) -> None:
         import traceback
 
         tb = e.__traceback__
+def _slow_mean(d: int) -> None:
+    s = _slow
+    k = s[2] = s[2] + 1
+    s[1] += (d - s[1]) // (k if k < 16 else 16)  # a running mean, then a moving one
+    if k >= 8:
+        s[0] = max(SLOW_FACTOR * s[1], SLOW_MIN_NS)
+
+
+def _slow_fetch(loader, worker, idx, d, indices) -> None:
+    s = _slow
+    if s[3] <= 0:
+        return
+    s[3] -= 1
+    try:
+        if isinstance(indices, (list, tuple, range)):
+            samples = [int(i) for i in indices[:SLOW_SAMPLES]]
+        else:
+            samples = [int(indices)]
+    except Exception:
+        samples = None
+    _note(
+        "slow_batch",
+        loader=loader,
+        worker=worker,
+        index=idx,
+        fetch_ns=d,
+        mean_ns=s[1],
+        samples=samples,
+    )
+
+
         if (
             tb is not None
             and tb.tb_next is not None
@@ -773,6 +831,19 @@ def _iter_end(st: _IterState, reason: int) -> None:
     emit = _emit
     if emit is not None:
         emit(K_ITER_END, st.loader_id, -1, st.batches, 0, 0, reason, st.epoch)
+def _note_dataset(st: _IterState, loader) -> None:
+    """Once per loader: its dataset's large attributes and, under spawn/forkserver, the size
+    it pickles to (both bounded in time; see _dataset_probe)."""
+    try:
+        from . import _dataset_probe
+
+        rec = _dataset_probe.dataset_record(loader, _start_method(loader))
+        if rec is not None:
+            _note("dataset", loader=st.loader_id, **rec)
+    except Exception as e:
+        _note("hook_error", where="dataset", error=f"{type(e).__name__}: {e}")
+
+
 
 
 def _forget_iter(key: int, st: _IterState) -> None:
@@ -802,6 +873,8 @@ def _iter_begin(it, loader, multiprocess: bool):
 
 
 def _make_single_init(orig):
+        if multiprocess and st.epoch == 1:
+            _note_dataset(st, loader)
     def __init__(self, loader, *args, **kwargs):
         st = _iter_begin(self, loader, False)
         try:

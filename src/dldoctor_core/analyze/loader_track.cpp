@@ -17,8 +17,15 @@ void LoaderTrack::on_iter_start(const trace::Event& e) noexcept {
                                                       : trace::StartMethod::kUnknown;
   ++epochs_started_;
   if (epochs_.size() >= kMaxEpochs) epochs_.erase(epochs_.begin());
-  epochs_.push_back(EpochRecord{e.t_ns, std::nullopt, 0, std::nullopt});
+  EpochRecord ep;
+  ep.start_ns = e.t_ns;
+  ep.num_workers = config_.num_workers;
+  ep.flags = e.flags;
+  ep.ordinal = e.v[3] > 0 ? e.v[3] : epochs_started_;
+  epochs_.push_back(ep);
   awaiting_first_batch_ = true;
+  ++generation_;
+  epoch_ordinal_ = int32_t(ep.ordinal);
 }
 
 void LoaderTrack::on_iter_end(const trace::Event& e) noexcept {
@@ -54,11 +61,23 @@ void LoaderTrack::on_worker_batch(const trace::Event& e) noexcept {
   WorkerTrack& w = workers_[e.worker];
   if (e.pid) w.pid = int(e.pid);
   ++w.batches;
+  if (e.index >= 0) done_.push(DoneBatch{e.index, t_end, generation_});
   if (!timed) return;
-  WorkerBatchRecord rec{t_end, fetch, collate, e.count};
+  WorkerBatchRecord rec{t_end, fetch, collate, e.count, e.index, e.worker, epoch_ordinal_};
   recent_batches_.push(rec);
   reservoir_.push(rec);
+  if (slowest_.size() < kSlowest || fetch > slowest_.back().fetch_ns) {
+    auto at = std::upper_bound(
+        slowest_.begin(), slowest_.end(), fetch,
+        [](int64_t f, const WorkerBatchRecord& r) { return f > r.fetch_ns; });
+    slowest_.insert(at, rec);
+    if (slowest_.size() > kSlowest) slowest_.pop_back();
+  }
   ++w.timed;
+  w.samples += e.count;
+  w.max_fetch_ns = std::max(w.max_fetch_ns, fetch);
+  w.recent_end_ns.push(t_end);
+  w.fetch_sample.push(fetch);
   w.fetch_ns += fetch;
   if (cpu_known) {
     w.cpu_ns += s.cpu_ns;
@@ -81,6 +100,27 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
       s.waited = 1;
       s.waited_step_ns = e.v[1];
     }
+    // Head-of-line: in order, the loop waits for batch `index` alone; the part of that wait
+    // while it was still being fetched and a later batch of the same iterator was already
+    // done is time lost to the straggler (after its own fetch ends, the rest is the queue
+    // hand-off, which every batch pays). The scan is bounded (kDoneBatches) and done only
+    // for real waits.
+    if (wait >= kHolMinWaitNs && e.index >= 0 && (config_.flags & trace::kInOrder)) {
+      int64_t earliest = t_out;
+      std::optional<int64_t> own_end;
+      done_.for_each([&](const DoneBatch& d) {
+        if (d.generation != generation_) return;
+        if (d.index == e.index) own_end = d.t_end_ns;
+        if (d.index > e.index && d.t_end_ns < earliest) earliest = d.t_end_ns;
+      });
+      if (own_end) {
+        const int64_t hol = std::min(t_out, *own_end) - std::max(e.t_ns, earliest);
+        if (hol > 0) {
+          s.hol_ns = hol;
+          s.hol_batches = 1;
+        }
+      }
+    }
   } else {
     s.first_wait_ns = wait;
   }
@@ -100,6 +140,7 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
       awaiting_first_batch_ = false;
     }
     ++ep.batches;
+    ep.last_batch_ns = std::max(ep.last_batch_ns, t_out);
   }
 }
 

@@ -42,6 +42,11 @@ inline constexpr uint8_t kProfiledFetch = 1 << 0;
 /// (wait + step): the same cut as the data-stall gate, applied to one batch.
 inline constexpr double kWaitedBatchShare = 0.05;
 
+/// Waits shorter than this are not searched for head-of-line blocking: a queue hand-off
+/// alone takes tens of microseconds, and a batch that overtakes another by that little
+/// says nothing about a straggler.
+inline constexpr int64_t kHolMinWaitNs = 1'000'000;
+
 /// Sums over the main process's batches.
 struct MainSums {
   int64_t batches = 0;   ///< handed out
@@ -53,10 +58,15 @@ struct MainSums {
   int64_t first_wait_ns = 0;  ///< blocked time of epochs' first batches (worker startup)
   int64_t pin_ns = 0;
   int64_t pinned = 0;
+  /// Blocked time of the stepped batches during which a later batch was already fetched:
+  /// in-order delivery held the loop behind a straggler (head-of-line blocking).
+  int64_t hol_ns = 0;
+  int64_t hol_batches = 0;  ///< stepped batches with some head-of-line wait
   MainSums& operator+=(const MainSums& o) noexcept {
     batches += o.batches; stepped += o.stepped; wait_ns += o.wait_ns; step_ns += o.step_ns;
     waited += o.waited; waited_step_ns += o.waited_step_ns;
     first_wait_ns += o.first_wait_ns; pin_ns += o.pin_ns; pinned += o.pinned;
+    hol_ns += o.hol_ns; hol_batches += o.hol_batches;
     return *this;
   }
 };
@@ -86,6 +96,9 @@ struct WorkerBatchRecord {
   int64_t fetch_ns = 0;
   int64_t collate_ns = 0;
   uint32_t samples = 0;
+  int32_t index = -1;   ///< batch index in its epoch (-1 unknown)
+  int16_t worker = -1;  ///< worker id (-1: the main process)
+  int32_t epoch = 0;    ///< the loader's epoch it belongs to (0 unknown)
 };
 
 /// One iterator (epoch) of a loader.
@@ -94,6 +107,10 @@ struct EpochRecord {
   std::optional<int64_t> first_batch_latency_ns;  ///< iterator created → first batch handed out
   int64_t batches = 0;
   std::optional<int64_t> end_ns;
+  int64_t last_batch_ns = 0;  ///< last batch handed out (0: none yet)
+  int num_workers = 0;
+  uint8_t flags = 0;          ///< trace::LoaderFlags of its iterator
+  int64_t ordinal = 0;        ///< the loader's epoch number (1 = first iterator)
 };
 
 /// Per worker id: batch times kept for straggler and startup rules.
@@ -104,7 +121,11 @@ struct WorkerTrack {
   int64_t fetch_ns = 0;
   int64_t cpu_ns = 0;
   int64_t cpu_fetch_ns = 0;
+  int64_t samples = 0;       ///< of the timed batches
+  int64_t max_fetch_ns = 0;  ///< slowest timed batch
   Ring<int64_t, 64> recent_fetch_ns;
+  Ring<int64_t, 64> recent_end_ns;  ///< fetch end of each of recent_fetch_ns, same order
+  Reservoir<int64_t> fetch_sample{256};  ///< whole-run sample of its fetch times
 };
 
 /// All the event-derived state of one loader.
@@ -114,6 +135,10 @@ class LoaderTrack {
   static constexpr size_t kRecentBatches = 4096; ///< the newest batches kept for percentiles
   static constexpr size_t kReservoir = 4096;     ///< whole-run percentile sample
   static constexpr size_t kMaxEpochs = 1024;     ///< epochs kept (the oldest are dropped)
+  static constexpr size_t kSlowest = 16;         ///< slowest batches of the run kept
+  /// Finished batches remembered for head-of-line blocking: more than the batches in flight
+  /// (workers x prefetch_factor) of any sane loader.
+  static constexpr size_t kDoneBatches = 256;
 
   LoaderTrack() : reservoir_(kReservoir) {}
 
@@ -145,6 +170,8 @@ class LoaderTrack {
   /// Time span of the main process's batches: first asked .. last handed out.
   std::optional<int64_t> first_batch_ns() const noexcept { return first_main_ns_; }
   std::optional<int64_t> last_batch_ns() const noexcept { return last_main_ns_; }
+  /// The slowest timed batches of the whole run, slowest first.
+  const std::vector<WorkerBatchRecord>& slowest() const noexcept { return slowest_; }
   /// The main process's pid as seen on its events (0 unknown).
   int main_pid() const noexcept { return config_.main_pid ? config_.main_pid : main_event_pid_; }
 
@@ -162,6 +189,15 @@ class LoaderTrack {
   int64_t exceptions_ = 0;
   int64_t deaths_ = 0;
   bool awaiting_first_batch_ = false;
+  struct DoneBatch {
+    int32_t index = -1;
+    int64_t t_end_ns = 0;
+    uint32_t generation = 0;
+  };
+  Ring<DoneBatch, kDoneBatches> done_;
+  uint32_t generation_ = 0;  ///< one per iterator (batch indices restart)
+  int32_t epoch_ordinal_ = 0;
+  std::vector<WorkerBatchRecord> slowest_;
   std::optional<int64_t> first_main_ns_, last_main_ns_;
   int main_event_pid_ = 0;
 };

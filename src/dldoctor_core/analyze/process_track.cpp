@@ -16,8 +16,13 @@ void ProcessTrack::ingest(const sample::Snapshot& s) {
   p.procs.reserve(s.processes.size());
   for (const sample::ProcessSample& ps : s.processes) {
     if (ps.open_fds) p.open_fds.emplace_back(ps.pid, *ps.open_fds);
+    const std::optional<double> threads =
+        ps.num_threads > 0 ? std::optional<double>(ps.num_threads) : std::nullopt;
+    const std::optional<double> active =
+        ps.active_threads ? std::optional<double>(*ps.active_threads) : std::nullopt;
     p.procs.push_back(Proc{ps.pid, ps.cpu_pct, ps.runq_delay_pct, ps.involuntary_cs_per_s,
-                           ps.voluntary_cs_per_s, ps.read_bytes_per_s, ps.rchar_per_s});
+                           ps.voluntary_cs_per_s, ps.read_bytes_per_s, ps.rchar_per_s, threads,
+                           active});
     auto it = pids_.find(ps.pid);
     if (it == pids_.end()) {
       if (pids_.size() >= kMaxPids) continue;
@@ -35,6 +40,8 @@ void ProcessTrack::ingest(const sample::Snapshot& s) {
     t.vcs.add(ps.voluntary_cs_per_s);
     t.read_bps.add(ps.read_bytes_per_s);
     t.rchar_ps.add(ps.rchar_per_s);
+    t.threads.add(threads);
+    t.active.add(active);
     if (ps.open_fds) t.open_fds_max = std::max(t.open_fds_max.value_or(0), *ps.open_fds);
     if (ps.rss_bytes) t.rss_max = std::max(t.rss_max.value_or(0), *ps.rss_bytes);
   }
@@ -49,6 +56,7 @@ void ProcessTrack::ingest(const sample::Snapshot& s) {
     m_shm_max_ = std::max(m_shm_max_.value_or(*u), *u);
     m_shm_min_ = std::min(m_shm_min_.value_or(*u), *u);
   }
+  if (s.machine.mem_available_bytes) m_mem_last_ = s.machine.mem_available_bytes;
   if (s.machine.mem_available_bytes)
     m_mem_min_ = std::min(m_mem_min_.value_or(*s.machine.mem_available_bytes),
                           *s.machine.mem_available_bytes);
@@ -70,8 +78,10 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
   ProcAgg a;
   if (pids.empty()) return a;
   const std::unordered_set<int> want(pids.begin(), pids.end());
-  double cpu = 0, runq = 0, ics = 0, vcs = 0, reads = 0, rchar = 0;
-  int n_cpu = 0, n_runq = 0, n_ics = 0, n_vcs = 0, n_reads = 0, n_rchar = 0;
+  double cpu = 0, runq = 0, ics = 0, vcs = 0, reads = 0, rchar = 0, threads = 0, active = 0;
+  int n_cpu = 0, n_runq = 0, n_ics = 0, n_vcs = 0, n_reads = 0, n_rchar = 0, n_threads = 0,
+      n_active = 0;
+  std::unordered_map<int, std::pair<double, int>> active_each;  // pid -> (sum, n)
 
   if (from_ns < 0) {
     int64_t first_seq = 0, last_seq = 0;
@@ -89,6 +99,9 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
       vcs += t.vcs.sum, n_vcs += t.vcs.n;
       reads += t.read_bps.sum, n_reads += t.read_bps.n;
       rchar += t.rchar_ps.sum, n_rchar += t.rchar_ps.n;
+      threads += t.threads.sum, n_threads += t.threads.n;
+      active += t.active.sum, n_active += t.active.n;
+      if (t.active.n) active_each[pid] = {t.active.sum, t.active.n};
       if (auto m = t.cpu.mean()) a.cpu_pct_each.emplace_back(pid, *m);
       if (t.open_fds_max && (!a.open_fds_max || *t.open_fds_max > *a.open_fds_max)) {
         a.open_fds_max = t.open_fds_max;
@@ -122,6 +135,12 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
         if (pr.vcs) vcs += *pr.vcs, ++n_vcs;
         if (pr.read_bps) pass_reads += *pr.read_bps, any_reads = true, ++n_reads;
         if (pr.rchar_ps) pass_rchar += *pr.rchar_ps, any_rchar = true, ++n_rchar;
+        if (pr.threads) threads += *pr.threads, ++n_threads;
+        if (pr.active_threads) {
+          active += *pr.active_threads, ++n_active;
+          auto& e = active_each[pr.pid];
+          e.first += *pr.active_threads, ++e.second;
+        }
       }
       for (const auto& [pid, fds] : p.open_fds)
         if (want.count(pid) && (!a.open_fds_max || fds > *a.open_fds_max)) {
@@ -140,6 +159,10 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
   set_mean(a.runq_delay_pct, runq, n_runq);
   set_mean(a.involuntary_cs_per_s, ics, n_ics);
   set_mean(a.voluntary_cs_per_s, vcs, n_vcs);
+  set_mean(a.threads, threads, n_threads);
+  set_mean(a.active_threads, active, n_active);
+  for (const auto& [pid, e] : active_each)
+    if (e.second) a.active_threads_max = std::max(a.active_threads_max.value_or(0), e.first / e.second);
   std::sort(a.cpu_pct_each.begin(), a.cpu_pct_each.end());
   return a;
 }
@@ -158,6 +181,7 @@ MachineAgg ProcessTrack::machine(int64_t from_ns, int64_t to_ns) const {
     m.shm_used_min_bytes = m_shm_min_;
     m.swap_in_per_s = m_swap_in_.mean();
     m.swap_out_per_s = m_swap_out_.mean();
+    m.mem_available_last_bytes = m_mem_last_;
     return m;
   }
   Sum busy, io, cpu_p, mem_p, swap_in, swap_out;
@@ -175,6 +199,7 @@ MachineAgg ProcessTrack::machine(int64_t from_ns, int64_t to_ns) const {
       m.shm_used_max_bytes = std::max(m.shm_used_max_bytes.value_or(*u), *u);
       m.shm_used_min_bytes = std::min(m.shm_used_min_bytes.value_or(*u), *u);
     }
+    if (p.machine.mem_available_bytes) m.mem_available_last_bytes = p.machine.mem_available_bytes;
     if (p.machine.mem_available_bytes)
       m.mem_available_min_bytes = std::min(
           m.mem_available_min_bytes.value_or(*p.machine.mem_available_bytes),

@@ -28,6 +28,10 @@ struct ProcAgg {
   std::vector<std::pair<int, double>> cpu_pct_each;  ///< per pid, mean % of one core
   std::optional<int64_t> open_fds_max;  ///< most descriptors one process of the set held
   int open_fds_max_pid = 0;             ///< the process that held them
+  std::optional<double> threads;                  ///< mean per process: threads it has
+  std::optional<double> active_threads;           ///< mean per process: threads running or
+                                                  ///< queued for a CPU (sample::ProcessSample)
+  std::optional<double> active_threads_max;       ///< the largest per-process mean
 };
 
 /// Machine figures over a stretch of time (means of the passes that knew them).
@@ -43,6 +47,7 @@ struct MachineAgg {
   std::optional<int64_t> shm_used_min_bytes;
   std::optional<double> swap_in_per_s;        ///< pages/s, mean
   std::optional<double> swap_out_per_s;
+  std::optional<int64_t> mem_available_last_bytes;  ///< the newest pass that knew it
 };
 
 /// Sampler state.
@@ -70,6 +75,7 @@ class ProcessTrack {
   struct Proc {  // one process in one kept pass
     int pid = 0;
     std::optional<double> cpu_pct, runq_delay_pct, ics, vcs, read_bps, rchar_ps;
+    std::optional<double> threads, active_threads;
   };
   struct Pass {
     int64_t t_ns = 0;
@@ -91,6 +97,7 @@ class ProcessTrack {
     int64_t first_seq = 0, last_seq = 0;
     int samples = 0;
     Sum cpu, runq, ics, vcs, read_bps, rchar_ps;
+    Sum threads, active;
     std::optional<int64_t> open_fds_max, rss_max;
   };
 
@@ -102,6 +109,7 @@ class ProcessTrack {
   std::optional<int64_t> m_mem_min_;
   std::optional<int64_t> m_shm_max_, m_shm_min_, m_shm_total_;
   Sum m_swap_in_, m_swap_out_;
+  std::optional<int64_t> m_mem_last_;
 };
 
 }  // namespace dldoctor::analyze

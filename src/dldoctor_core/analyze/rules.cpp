@@ -27,6 +27,10 @@ std::vector<report::Finding> run_rules(const JobView& job) {
   rule_slow_collate(job, out);
   rule_io_bound(job, out);
   rule_main_process_bound(job, out);
+  rule_thread_oversubscription(job, out);
+  rule_cow_memory_growth(job, out);
+  rule_worker_startup_cost(job, out);
+  rule_straggler_worker(job, out);
   rule_shm_exhausted(job, out);
   rule_memory_pressure(job, out);
   rule_fd_limit(job, out);

@@ -55,6 +55,16 @@ void rule_worker_died(const JobView& job, std::vector<report::Finding>& out);
 /// cuda_oom (out of memory raised) / cuda_oom_risk (peaks near the device's memory).
 void rule_cuda_oom(const JobView& job, std::vector<report::Finding>& out);
 
+// Beyond the field guide (issue 6): one file each.
+/// The workers' own thread pools oversubscribe the CPUs, proven by their threads' queueing.
+void rule_thread_oversubscription(const JobView& job, std::vector<report::Finding>& out);
+/// Forked workers' private memory grows with the samples they read (copy-on-write).
+void rule_cow_memory_growth(const JobView& job, std::vector<report::Finding>& out);
+/// Worker start-up (respawned every epoch, heavy pickling) is a large share of the epochs.
+void rule_worker_startup_cost(const JobView& job, std::vector<report::Finding>& out);
+/// A slow worker or a few slow batches hold the in-order loop up (head-of-line blocking).
+void rule_straggler_worker(const JobView& job, std::vector<report::Finding>& out);
+
 /// Worker oversubscription as too_many_workers sees it.
 struct Oversubscription {
   int total_workers = 0;

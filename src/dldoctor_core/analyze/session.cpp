@@ -52,6 +52,8 @@ void Session::ingest(const trace::Event& e) noexcept {
       latest_ns_ = std::max(latest_ns_, e.t_ns + std::max<int64_t>(0, e.v[0]));
       touch_worker_locked(e.loader, e.worker, int(e.pid), e.t_ns + std::max<int64_t>(0, e.v[0]),
                           false);
+      if (auto it = worker_pids_.find(int(e.pid)); it != worker_pids_.end() && e.worker >= 0)
+        it->second.samples += e.count;
       break;
     case trace::EventKind::kMainBatch:
       l.on_main_batch(e);
@@ -98,6 +100,60 @@ void Session::ingest(const sample::Snapshot& s) {
   std::lock_guard<std::mutex> lock(mu_);
   procs_.ingest(s);
   latest_ns_ = std::max(latest_ns_, s.t_ns);
+  for (const sample::ProcessSample& p : s.processes) {
+    if (!p.smaps_fresh || !p.private_dirty_bytes) continue;
+    auto it = memory_.find(p.pid);
+    if (it == memory_.end()) {
+      if (memory_.size() >= kMaxMemoryPids) continue;
+      it = memory_.emplace(p.pid, std::vector<MemoryPoint>{}).first;
+    }
+    // Every pid is kept: a worker's first read may come before its start event is drained,
+    // and it had fetched nothing then.
+    auto w = worker_pids_.find(p.pid);
+    std::vector<MemoryPoint>& pts = it->second;
+    if (pts.size() >= kMaxMemoryPoints) {
+      // Thin to every other point, the first kept: the series still spans the whole run.
+      std::vector<MemoryPoint> kept;
+      for (size_t i = 0; i < pts.size(); i += 2) kept.push_back(pts[i]);
+      pts = std::move(kept);
+    }
+    pts.push_back(MemoryPoint{s.t_ns, w != worker_pids_.end() ? w->second.samples : 0,
+                              *p.private_dirty_bytes, p.pss_bytes, p.rss_bytes});
+  }
+}
+
+void Session::note_dataset(uint16_t loader, DatasetNotes notes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  datasets_[loader] = std::move(notes);
+}
+
+void Session::note_slow_batch(uint16_t loader, SlowBatchNote note) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (note.samples.size() > 64) note.samples.resize(64);
+  std::vector<SlowBatchNote>& notes = slow_notes_[loader];
+  if (notes.size() >= kMaxSlowNotes) notes.erase(notes.begin());
+  notes.push_back(std::move(note));
+}
+
+void Session::note_thread_pools(int pid, sample::ThreadPools pools) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pools_.size() >= kMaxMemoryPids && !pools_.count(pid)) return;
+  WorkerPools& w = pools_[pid];
+  w.pid = pid;
+  w.pools = std::move(pools);
+}
+
+void Session::note_torch_threads(int pid, int threads) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pools_.size() >= kMaxMemoryPids && !pools_.count(pid)) return;
+  WorkerPools& w = pools_[pid];
+  w.pid = pid;
+  w.torch_threads = threads;
+}
+
+bool Session::is_worker(int pid) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return worker_pids_.count(pid) > 0;
 }
 
 void Session::note_worker_pid(uint16_t loader, int worker, int pid, int64_t t_ns) {
@@ -171,6 +227,7 @@ namespace {
 
 struct Percentiles {
   std::optional<double> getitem_p50_ms, getitem_p99_ms, collate_p50_ms, fetch_p50_ms;
+  std::optional<double> fetch_p99_ms, fetch_max_ms;
 };
 
 Percentiles percentiles(const std::vector<WorkerBatchRecord>& records) {
@@ -188,7 +245,30 @@ Percentiles percentiles(const std::vector<WorkerBatchRecord>& records) {
   p.getitem_p99_ms = quantile(getitem, 0.99);
   p.collate_p50_ms = quantile(collate, 0.5);
   p.fetch_p50_ms = quantile(fetch, 0.5);
+  p.fetch_p99_ms = quantile(fetch, 0.99);
+  p.fetch_max_ms = quantile(fetch, 1.0);
   return p;
+}
+
+/// p50, p90 and max of one worker's batch times (ms).
+WorkerFetch worker_fetch(int id, const WorkerTrack& wt, int64_t from) {
+  WorkerFetch f;
+  f.worker = id;
+  f.pid = wt.pid;
+  std::vector<double> ms;
+  if (from < 0) {
+    for (int64_t ns : wt.fetch_sample.items()) ms.push_back(double(ns) / 1e6);
+    f.batches = wt.timed;
+  } else {
+    for (size_t i = 0; i < wt.recent_fetch_ns.size() && i < wt.recent_end_ns.size(); ++i)
+      if (wt.recent_end_ns.newest(i) >= from) ms.push_back(double(wt.recent_fetch_ns.newest(i)) / 1e6);
+    f.batches = int64_t(ms.size());
+  }
+  f.p50_ms = quantile(ms, 0.5);
+  f.p90_ms = quantile(ms, 0.9);
+  f.max_ms = quantile(ms, 1.0);
+  if (from < 0 && wt.max_fetch_ns > 0) f.max_ms = double(wt.max_fetch_ns) / 1e6;
+  return f;
 }
 
 }  // namespace
@@ -240,8 +320,44 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
       l.getitem_p99_ms = p.getitem_p99_ms;
       l.collate_p50_ms = p.collate_p50_ms;
       l.fetch_p50_ms = p.fetch_p50_ms;
+      l.fetch_p99_ms = p.fetch_p99_ms;
+      l.fetch_max_ms = p.fetch_max_ms;
     }
+    if (m.stepped > 0) {
+      l.wait_s = double(m.wait_ns) / 1e9;
+      l.head_of_line_s = double(m.hol_ns) / 1e9;
+      l.head_of_line_batches = m.hol_batches;
+    }
+    for (const auto& [wid, wt] : track.workers())
+      if (wid >= 0 && wt.timed > 0) l.worker_fetch.push_back(worker_fetch(wid, wt, from));
+    if (v.whole_run) {
+      l.slowest_batches = track.slowest();
+    } else {
+      std::vector<WorkerBatchRecord> recent = track.worker_batches_since(from);
+      const size_t k = std::min<size_t>(LoaderTrack::kSlowest, recent.size());
+      std::partial_sort(recent.begin(), recent.begin() + ptrdiff_t(k), recent.end(),
+                        [](const WorkerBatchRecord& a, const WorkerBatchRecord& b) {
+                          return a.fetch_ns > b.fetch_ns;
+                        });
+      recent.resize(k);
+      l.slowest_batches = std::move(recent);
+    }
+    if (auto it = slow_notes_.find(id); it != slow_notes_.end()) l.slow_notes = it->second;
+    for (const EpochRecord& ep : track.epochs())
+      if (v.whole_run || ep.start_ns >= v.from_ns) l.epochs.push_back(ep);
+    if (auto it = datasets_.find(id); it != datasets_.end()) l.dataset = it->second;
     l.worker_pids = worker_pids_locked(id, v.from_ns, v.to_ns);
+    for (int pid : l.worker_pids) {
+      if (auto it = memory_.find(pid); it != memory_.end()) {
+        WorkerMemory wm;
+        wm.pid = pid;
+        if (auto w = worker_pids_.find(pid); w != worker_pids_.end()) wm.worker = w->second.worker;
+        for (const MemoryPoint& p : it->second)
+          if (v.whole_run || p.t_ns >= v.from_ns) wm.points.push_back(p);
+        if (!wm.points.empty()) l.worker_memory.push_back(std::move(wm));
+      }
+      if (auto it = pools_.find(pid); it != pools_.end()) l.worker_pools.push_back(it->second);
+    }
     if (l.config.main_pid > 0 &&
         std::find(main_pids.begin(), main_pids.end(), l.config.main_pid) == main_pids.end())
       main_pids.push_back(l.config.main_pid);

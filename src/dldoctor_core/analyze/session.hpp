@@ -88,6 +88,16 @@ class Session {
   /// A failure note from the side logs (worker death details, error texts, runtime facts,
   /// the job's memory cgroup, CUDA memory); kept bounded in a FailureLog.
   void note(FailureNote n);
+  /// What the main process measured of a loader's dataset (attributes, pickled size).
+  void note_dataset(uint16_t loader, DatasetNotes notes);
+  /// A slow batch with its sample indices, from a worker's side log (newest kept).
+  void note_slow_batch(uint16_t loader, SlowBatchNote note);
+  /// The thread pools mapped into a process (read by the monitor once per worker).
+  void note_thread_pools(int pid, sample::ThreadPools pools);
+  /// torch.get_num_threads() as a worker reported it.
+  void note_torch_threads(int pid, int threads);
+  /// Whether `pid` is known as a DataLoader worker (from its events).
+  bool is_worker(int pid) const;
 
   /// Findings over `w`, most important first. now_ns = 0: the newest time seen.
   std::vector<report::Finding> findings(int64_t now_ns, Window w) const;
@@ -109,8 +119,12 @@ class Session {
     int64_t first_ns = 0;
     int64_t last_ns = 0;
     bool exited = false;
+    int64_t samples = 0;  ///< fetched so far, all its batches
   };
   static constexpr size_t kMaxWorkerPids = 65536;  ///< registry bound (a run of many epochs)
+  static constexpr size_t kMaxMemoryPids = 2048;   ///< processes with a memory series
+  static constexpr size_t kMaxMemoryPoints = 32;   ///< per process; thinned when full
+  static constexpr size_t kMaxSlowNotes = 64;      ///< per loader, newest kept
 
   void touch_worker_locked(uint16_t loader, int worker, int pid, int64_t t_ns, bool exited);
   JobView view_locked(int64_t now_ns, Window w) const;
@@ -127,6 +141,10 @@ class Session {
   std::unordered_map<int, WorkerPid> worker_pids_;
   std::map<uint16_t, std::vector<HotFunction>> hot_;
   FailureLog failures_;
+  std::unordered_map<int, std::vector<MemoryPoint>> memory_;  ///< pid -> fresh smaps reads
+  std::map<uint16_t, DatasetNotes> datasets_;
+  std::map<uint16_t, std::vector<SlowBatchNote>> slow_notes_;
+  std::unordered_map<int, WorkerPools> pools_;
   int64_t first_ns_ = 0;
   int64_t latest_ns_ = 0;
   int64_t events_ = 0;

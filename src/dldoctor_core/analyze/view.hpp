@@ -11,6 +11,7 @@
 #include "dldoctor_core/analyze/failure_log.hpp"
 #include "dldoctor_core/analyze/loader_track.hpp"
 #include "dldoctor_core/analyze/process_track.hpp"
+#include "dldoctor_core/sample/thread_pools.hpp"
 #include "dldoctor_core/system/facts.hpp"
 
 namespace dldoctor::analyze {
@@ -22,6 +23,67 @@ struct HotFunction {
   double cumulative_ms = 0;      ///< time in it, callees included
   std::optional<double> self_ms; ///< time in its own code
   int64_t calls = 0;             ///< 0 unknown
+};
+
+/// One smaps_rollup read of a worker, with the samples it had fetched by then.
+struct MemoryPoint {
+  int64_t t_ns = 0;
+  int64_t samples = 0;        ///< samples the worker had fetched (all its batches so far)
+  int64_t private_dirty = 0;  ///< bytes
+  std::optional<int64_t> pss;
+  std::optional<int64_t> rss;
+};
+
+/// A worker's memory over the window, oldest first.
+struct WorkerMemory {
+  int pid = 0;
+  int worker = -1;
+  std::vector<MemoryPoint> points;
+};
+
+/// One top-level attribute of a dataset object (from the hooks, in the main process).
+struct DatasetAttr {
+  std::string name;            ///< e.g. "paths", "dataset.samples" (one level of wrapping)
+  std::string type;            ///< "list", "dict", "numpy.ndarray", ...
+  std::optional<int64_t> elements;
+  std::optional<int64_t> bytes;   ///< estimated, elements included
+  std::string element_type;    ///< of a sampled element, "" unknown
+  bool python_objects = false; ///< a Python container of Python objects (list, dict, ...)
+};
+
+/// What the main process measured of a loader's dataset when its first iterator was made.
+struct DatasetNotes {
+  std::string type;
+  std::optional<int64_t> length;
+  std::vector<DatasetAttr> attrs;       ///< largest first
+  std::optional<int64_t> pickled_bytes; ///< what spawn/forkserver send to each worker
+  std::optional<double> pickle_ms;      ///< what measuring it took (one pickling)
+  bool pickle_complete = true;          ///< false: cut at the time budget (a lower bound)
+  std::optional<int64_t> shared_tensor_bytes;  ///< tensors, sent through shared memory
+};
+
+/// A slow batch as the worker reported it, with the sample indices it held.
+struct SlowBatchNote {
+  int pid = 0;
+  int worker = -1;
+  int index = -1;
+  int64_t fetch_ns = 0;
+  std::vector<int64_t> samples;  ///< the dataset indices of the batch (first 64)
+};
+
+/// One worker's batch times over the window.
+struct WorkerFetch {
+  int worker = -1;
+  int pid = 0;
+  int64_t batches = 0;
+  std::optional<double> p50_ms, p90_ms, max_ms;
+};
+
+/// Thread pools of one worker process.
+struct WorkerPools {
+  int pid = 0;
+  sample::ThreadPools pools;
+  std::optional<int> torch_threads;  ///< torch.get_num_threads() seen in the worker
 };
 
 /// One loader over one window.
@@ -56,6 +118,20 @@ struct LoaderView {
   /// num_workers=0.
   ProcAgg fetchers;
   std::vector<HotFunction> hot_functions;  ///< hottest first
+
+  // Beyond the field guide's causes: memory, startup, stragglers, thread pools.
+  std::optional<double> fetch_p99_ms;
+  std::optional<double> fetch_max_ms;
+  std::optional<double> wait_s;          ///< blocked time of the stepped batches, in all
+  std::optional<double> head_of_line_s;  ///< of that, behind a straggler (MainSums::hol_ns)
+  int64_t head_of_line_batches = 0;
+  std::vector<WorkerFetch> worker_fetch;            ///< per worker id
+  std::vector<WorkerBatchRecord> slowest_batches;   ///< slowest first (at most 16)
+  std::vector<SlowBatchNote> slow_notes;            ///< sample indices of slow batches
+  std::vector<EpochRecord> epochs;                  ///< iterators started in the window
+  std::vector<WorkerMemory> worker_memory;          ///< workers alive in the window
+  std::optional<DatasetNotes> dataset;
+  std::vector<WorkerPools> worker_pools;            ///< workers with more than one thread
 
   /// Processes fetching batches in parallel (the main process alone when num_workers=0).
   int fetch_processes() const noexcept { return config.num_workers > 0 ? config.num_workers : 1; }

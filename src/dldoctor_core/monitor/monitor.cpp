@@ -13,6 +13,7 @@
 
 #include "dldoctor_core/common/clock.hpp"
 #include "dldoctor_core/common/error.hpp"
+#include "dldoctor_core/sample/thread_pools.hpp"
 
 namespace dldoctor::monitor {
 
@@ -40,10 +41,18 @@ void Monitor::start(int root_pid) {
   if (running_.exchange(true)) throw Error("the monitor is already running");
   sample::SamplerOptions so;
   so.interval_ns = static_cast<int64_t>(opts_.sample_interval_s * 1e9);
+  // The whole sampler keeps to DESIGN.md's budget, and smaps_rollup gets what the passes
+  // leave of it: on a small tree a worker's memory is read every second or two, enough to
+  // see copy-on-write growth within a short run.
+  so.total_budget_pct = kSamplerBudgetPct;
   sampler_ = std::make_unique<sample::Sampler>(root_pid, so);
+  // The workers' memory is what the analysis reads (copy-on-write growth); a large main
+  // process's smaps_rollup costs as much and says less.
+  sampler_->set_smaps_priority([this](int pid) { return session_.is_worker(pid); });
   series_.start(now_ns());
   sampler_->set_callback([this](const sample::Snapshot& s) {
     session_.ingest(s);
+    probe_pools(s);
     series_.ingest(s);
     if (trace_) trace_->ingest(s);
   });
@@ -273,6 +282,18 @@ watchdog::WatchState Monitor::watch_state() {
     st.context.loaders.push_back(std::move(c));
   }
   return st;
+}
+
+void Monitor::probe_pools(const sample::Snapshot& s) {
+  // Once per worker whose threads compete (two or more want a CPU): which pool libraries it
+  // maps and the variables that size them. Sampler thread only.
+  for (const sample::ProcessSample& p : s.processes) {
+    if (!p.active_threads || *p.active_threads < 2 || probed_.count(p.pid)) continue;
+    if (!session_.is_worker(p.pid)) continue;
+    if (probed_.size() >= kMaxProbed) return;
+    probed_.insert(p.pid);
+    session_.note_thread_pools(p.pid, sample::read_thread_pools(p.pid));
+  }
 }
 
 void Monitor::set_loader_notes(uint16_t loader, LoaderNotes notes) {

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "dldoctor_core/analyze/session.hpp"
@@ -99,6 +100,14 @@ class Monitor {
     LoaderNotes notes;
   };
   size_t drain_once(std::vector<trace::Event>& buf);
+  /// Reads the thread pools of workers whose threads compete (sampler thread).
+  void probe_pools(const sample::Snapshot& s);
+
+  /// The sampler's whole CPU budget, % of one core (DESIGN.md section 6).
+  static constexpr double kSamplerBudgetPct = 1.0;
+  /// Worker pids whose pools are read at most (a maps read is ~1 ms).
+  static constexpr size_t kMaxProbed = 4096;
+  std::unordered_set<int> probed_;  // pids whose pools were read; sampler thread only
 
   MonitorOptions opts_;
   std::unique_ptr<trace::EventRing> ring_;
