@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import time
 
-from . import _report
+from . import _failure_notes, _report
 from .errors import DldoctorError
 
 RING_CAPACITY = 1 << 16  # 4 MiB of 64-byte events: ~10 s of a 6,000 batches/s worst case
@@ -87,6 +87,7 @@ class Watcher:
         )
         self._hangs_seen = 0
         self.side = SideLogTail(self.run_dir)
+        self.failures = _failure_notes.FailureNotes(self.monitor, self.run_dir)
         self.side_records: list[dict] = []
         self.facts: dict = {}
         self.started_ns: int | None = None
@@ -120,8 +121,10 @@ class Watcher:
     # -- while running ---------------------------------------------------------------
     def poll(self) -> None:
         """Feed new side-log records (profiles of __getitem__, exceptions) to the analyzer."""
+        self.failures.poll()
         for rec in self.side.poll():
             self.side_records.append(rec)
+            self.failures.on_record(rec)
             if rec.get("type") == "iter_start" and rec.get("loader") is not None:
                 threads = rec.get("threads") or {}
                 names = list(threads.get("non_daemon") or []) + list(threads.get("daemon") or [])
@@ -135,15 +138,15 @@ class Watcher:
             if rec.get("type") == "profile" and rec.get("loader") is not None:
                 functions = [f for f in rec.get("functions") or [] if _user_function(f)]
                 self.monitor.add_hot_functions(int(rec["loader"]), functions)
-
-    def streaming_verdict(self) -> tuple[str, dict | None]:
-        findings = _report.sort_findings(self.monitor.findings(False))
                 if isinstance(rec.get("torch_threads"), int) and isinstance(rec.get("pid"), int):
                     self.monitor.note_torch_threads(rec["pid"], rec["torch_threads"])
             if rec.get("type") == "dataset" and rec.get("loader") is not None:
                 self.monitor.note_dataset(int(rec["loader"]), rec)
             if rec.get("type") == "slow_batch" and rec.get("loader") is not None:
                 self.monitor.note_slow_batch(int(rec["loader"]), rec)
+
+    def streaming_verdict(self) -> tuple[str, dict | None]:
+        findings = _report.sort_findings(self.monitor.findings(False))
         verdict = _report.verdict_of(findings)
         top = findings[0] if findings and verdict != "healthy" else None
         return verdict, top
@@ -188,7 +191,7 @@ class Watcher:
             for f in hang["findings"]:
                 if f.get("severity") == "critical":
                     f["score"] = 1e9 + float(f.get("score") or 0)
-        findings = _report.sort_findings(findings)
+        findings = _report.sort_findings(self.failures.finish_findings(findings, self.facts))
         loaders = self.monitor.loaders()
         report = _report.Report(
             verdict=_report.verdict_of(findings),

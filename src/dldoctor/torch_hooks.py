@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 
-from . import _sidelog
+from . import _failure_hooks, _sidelog
 
 # -- The event vocabulary (mirrors src/dldoctor_core/trace/event.hpp) -----------------------
 K_ITER_START = 1
@@ -87,6 +87,10 @@ SLOW_SAMPLES = 64  # sample indices kept per record
 # more than the batch itself.
 BYTES_MAX_ITEMS = 512
 
+# CUDA memory (peak, held between steps) is read at a batch handout at most this often, and
+# only when the job itself has initialized CUDA: a note per second is enough to size a batch.
+CUDA_MEMORY_EVERY_NS = 1_000_000_000
+
 # Signal that makes a process append all its threads' Python stacks to
 # <run_dir>/stack-<pid>.txt (the hang doctor sends it). Not SIGUSR2: PyTorch's c10
 # FatalSignalHandler takes SIGUSR2 over (it uses it to make threads print C++ stacks when a
@@ -118,11 +122,11 @@ _collate = [0, 0]  # ns in collate_fn and sample count of the current fetch
 _last_fetch = [1 << 62]  # wall ns of this process's previous fetch (first: "long")
 _worker = {"loader": 0, "worker": -1, "batches": 0, "started": False}
 _prof = [0, 0, int(PROFILE_MIN_INTERVAL_S * 1e9), False]  # fetches, next ok ns, spacing, off
+_slow = [1 << 62, 0, 0, SLOW_MAX_RECORDS]  # cut ns, mean ns, fetches averaged, records left
 _Tensor = None
 
 # Main process, per iterator: id(iterator) -> _IterState (cleared when the iterator dies).
 _iters: dict = {}
-_slow = [1 << 62, 0, 0, SLOW_MAX_RECORDS]  # cut ns, mean ns, fetches averaged, records left
 _loader_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _loader_ids_fallback: dict = {}  # for loaders that cannot be weakly referenced or hashed
 _loader_epochs: dict = {}  # loader id -> epochs started
@@ -134,6 +138,7 @@ _current = [None]  # the _IterState whose _next_data is running (main thread)
 PIN_PENDING_MAX = 1024  # pinned batches never handed out (epoch cut short) are forgotten
 
 _stack = {"pid": 0, "file": None}
+_cuda_next = [0]  # monotonic ns of the next CUDA memory reading (main process)
 
 _monotonic_ns = time.monotonic_ns
 _thread_time_ns = time.thread_time_ns
@@ -378,15 +383,16 @@ def _worker_begin(wi: _WorkerInit, worker_id) -> None:
         _sidelog.configure(wi.run_dir)
     _ctx[0], _ctx[1], _ctx[2], _ctx[3] = wi.loader_id, wid, -1, 1
     _prof[0], _prof[1], _prof[2] = 0, 0, int(PROFILE_MIN_INTERVAL_S * 1e9)  # forked: reset
+    _slow[0], _slow[1], _slow[2], _slow[3] = 1 << 62, 0, 0, SLOW_MAX_RECORDS
     _last_fetch[0] = 1 << 62
     _register_stack_dump()
     start_ns = _proc_start_ns()
     if _emit is not None:
         _emit(K_WORKER_START, wi.loader_id, wid, -1, 0, 0, os.getppid(), start_ns)
-    _slow[0], _slow[1], _slow[2], _slow[3] = 1 << 62, 0, 0, SLOW_MAX_RECORDS
     _note(
         "worker_start", loader=wi.loader_id, worker=wid, ppid=os.getppid(), proc_start_ns=start_ns
     )
+    _failure_hooks.worker_started(_run_dir, wi.loader_id, wid)
 
 
 def _late_worker_begin(wi: _WorkerInit, worker_id) -> None:
@@ -534,12 +540,6 @@ def _profile_due() -> bool:
     return True
 
 
-def _profile_record(profiler, loader, worker, idx, fetch_ns) -> None:
-    rows = []
-    for e in profiler.getstats():
-        code = e.code
-        if isinstance(code, str):
-            if "_lsprof.Profiler" in code:
 def _torch_threads() -> int | None:
     """torch's intra-op pool size now (PyTorch sets 1 in workers; user code may raise it)."""
     torch = sys.modules.get("torch")
@@ -549,6 +549,12 @@ def _torch_threads() -> int | None:
         return None
 
 
+def _profile_record(profiler, loader, worker, idx, fetch_ns) -> None:
+    rows = []
+    for e in profiler.getstats():
+        code = e.code
+        if isinstance(code, str):
+            if "_lsprof.Profiler" in code:
                 continue
             name, loc = code, ""
         else:
@@ -579,13 +585,13 @@ def _torch_threads() -> int | None:
         fetch_ns=fetch_ns,
         profiled_fetches=1,
         functions=functions,
+        torch_threads=_torch_threads(),
     )
 
 
 def _make_fetch(orig):
     def fetch(self, possibly_batched_index):
         loader = _ctx[0]
-        torch_threads=_torch_threads(),
         if loader == 0 or _emit is None:
             return orig(self, possibly_batched_index)
         try:
@@ -641,27 +647,21 @@ def _make_fetch(orig):
             0 if profiler is None else B_PROFILED,
         )
         _worker["batches"] += 1
+        d = t1 - t0
+        if d > _slow[0]:
+            _slow_fetch(loader, worker, idx, d, possibly_batched_index)
+        elif n < SLOW_WARMUP or not n & 15:
+            _slow_mean(d)
         if profiler is not None:
             try:
                 _profile_record(profiler, loader, worker, idx, t1 - t0)
             except Exception:
                 pass
         return data
-        d = t1 - t0
-        if d > _slow[0]:
-            _slow_fetch(loader, worker, idx, d, possibly_batched_index)
-        elif n < SLOW_WARMUP or not n & 15:
-            _slow_mean(d)
 
     return fetch
 
 
-def _on_fetch_error(e: BaseException, loader, worker, idx, t0) -> None:
-    try:
-        _emit(K_WORKER_EXCEPTION, loader, worker, idx, 0, t0, _monotonic_ns() - t0)
-        import traceback
-
-        tb = e.__traceback__
 def _slow_mean(d: int) -> None:
     s = _slow
     k = s[2] = s[2] + 1
@@ -693,6 +693,12 @@ def _slow_fetch(loader, worker, idx, d, indices) -> None:
     )
 
 
+def _on_fetch_error(e: BaseException, loader, worker, idx, t0) -> None:
+    try:
+        _emit(K_WORKER_EXCEPTION, loader, worker, idx, 0, t0, _monotonic_ns() - t0)
+        import traceback
+
+        tb = e.__traceback__
         if (
             tb is not None
             and tb.tb_next is not None
@@ -821,16 +827,10 @@ def _emit_iter_start(st: _IterState, loader, multiprocess: bool) -> None:
         batches_per_epoch=batches_per_epoch,
         main_pid=os.getpid(),
         threads=_thread_facts(),
+        **_failure_hooks.iter_start_facts(),
     )
 
 
-def _iter_end(st: _IterState, reason: int) -> None:
-    if st.ended or st.pid != os.getpid():
-        return
-    st.ended = True
-    emit = _emit
-    if emit is not None:
-        emit(K_ITER_END, st.loader_id, -1, st.batches, 0, 0, reason, st.epoch)
 def _note_dataset(st: _IterState, loader) -> None:
     """Once per loader: its dataset's large attributes and, under spawn/forkserver, the size
     it pickles to (both bounded in time; see _dataset_probe)."""
@@ -844,6 +844,13 @@ def _note_dataset(st: _IterState, loader) -> None:
         _note("hook_error", where="dataset", error=f"{type(e).__name__}: {e}")
 
 
+def _iter_end(st: _IterState, reason: int) -> None:
+    if st.ended or st.pid != os.getpid():
+        return
+    st.ended = True
+    emit = _emit
+    if emit is not None:
+        emit(K_ITER_END, st.loader_id, -1, st.batches, 0, 0, reason, st.epoch)
 
 
 def _forget_iter(key: int, st: _IterState) -> None:
@@ -866,6 +873,8 @@ def _iter_begin(it, loader, multiprocess: bool):
         st.ref = weakref.ref(it, lambda _r, key=key, st=st: _forget_iter(key, st))
         _iters[key] = st
         _emit_iter_start(st, loader, multiprocess)
+        if multiprocess and st.epoch == 1:
+            _note_dataset(st, loader)
         return st
     except Exception as e:
         _note("hook_error", where="iter_begin", error=f"{type(e).__name__}: {e}")
@@ -873,8 +882,6 @@ def _iter_begin(it, loader, multiprocess: bool):
 
 
 def _make_single_init(orig):
-        if multiprocess and st.epoch == 1:
-            _note_dataset(st, loader)
     def __init__(self, loader, *args, **kwargs):
         st = _iter_begin(self, loader, False)
         try:
@@ -958,6 +965,8 @@ def _make_single_next(orig):
             _hide_frame(e)
             raise
         except BaseException as e:
+            if isinstance(e, Exception):
+                _on_loader_error(self, st, e)
             _hide_frame(e)
             raise
         finally:
@@ -977,6 +986,9 @@ def _make_single_next(orig):
         )
         st.batches += 1
         st.last_handout = t1
+        if t1 >= _cuda_next[0]:
+            _cuda_next[0] = t1 + CUDA_MEMORY_EVERY_NS
+            _failure_hooks.cuda_memory(st.loader_id)
         return data
 
     return _next_data
@@ -1005,6 +1017,8 @@ def _make_multi_next(orig):
             _hide_frame(e)
             raise
         except BaseException as e:
+            if isinstance(e, Exception):
+                _on_loader_error(self, st, e)
             _hide_frame(e)
             raise
         finally:
@@ -1035,9 +1049,27 @@ def _make_multi_next(orig):
         )
         st.batches += 1
         st.last_handout = t1
+        if t1 >= _cuda_next[0]:
+            _cuda_next[0] = t1 + CUDA_MEMORY_EVERY_NS
+            _failure_hooks.cuda_memory(st.loader_id)
         return data
 
     return _next_data
+
+
+def _on_loader_error(it, st: _IterState, e: BaseException) -> None:
+    """The loader raised `e` to the consumer: record its text, and any worker found dead (a
+    killed worker can surface as another error first, e.g. a reset connection mid-receive)."""
+    try:
+        _failure_hooks.loader_error(st.loader_id, e)
+        for i, w in enumerate(getattr(it, "_workers", None) or ()):
+            try:
+                if _exit_status(w) != (0, None):  # a clean exit (shutdown) is no death
+                    _report_death(st, i, w, f"{type(e).__name__}: {e}")
+            except Exception:
+                pass
+    except Exception:
+        pass
 
 
 _DEATH_PIDS = re.compile(r"\d+")
@@ -1095,6 +1127,7 @@ def _report_death(st: _IterState, worker_id: int, w, message: str) -> None:
         signal=sig,
         signal_name=sig_name,
         message=message[:2000],
+        **_failure_hooks.death_facts(),
     )
 
 
@@ -1325,6 +1358,7 @@ def install(ring_path: str | None = None, run_dir: str | None = None) -> bool:
             except Exception:
                 pass
         _register_stack_dump()
+        _failure_hooks.install_excepthook()
         dl = sys.modules.get("torch.utils.data.dataloader")
         if dl is not None and hasattr(dl, "_MultiProcessingDataLoaderIter"):
             try:
@@ -1355,6 +1389,7 @@ def uninstall() -> None:
         _patches.clear()
         _missing.clear()
         _wait_hooked[0] = False
+        _failure_hooks.uninstall_excepthook()
         if _import_hook is not None:
             try:
                 sys.meta_path.remove(_import_hook)

@@ -316,6 +316,31 @@ TEST(AnalyzeFdLimit, AncdataIsTheSameFailureSeenByTheMainProcess) {
   EXPECT_EQ(classify_error("builtins.ValueError", "bad sample 7"), ErrorKind::kOther);
 }
 
+TEST(AnalyzeFdLimit, AncdataWithADeadWorkerIsTheDeathNotTheLimit) {
+  Loader l;
+  auto s = session(l, facts(8));
+  s->note(error("received 0 items of ancdata", ErrorSource::kLoader));
+  s->ingest(died(0, 2000, -1, SIGKILL));
+  auto fs = whole(*s);
+  EXPECT_EQ(find(fs, "fd_limit"), nullptr);
+  EXPECT_NE(find(fs, "worker_died"), nullptr);
+}
+
+TEST(FailureText, TheLineThatNamesTheCause) {
+  const std::string reraised =
+      "Caught RuntimeError in DataLoader worker process 0.\nOriginal Traceback (most recent "
+      "call last):\n  File \"worker.py\", line 374, in _worker_loop\n    data = "
+      "fetcher.fetch(index)\nRuntimeError: unable to allocate shared memory(shm) for file "
+      "</torch_1_2_0>: No space left on device (28)\n";
+  EXPECT_EQ(error_line(reraised, ErrorKind::kShmNoSpace),
+            "RuntimeError: unable to allocate shared memory(shm) for file </torch_1_2_0>: No "
+            "space left on device (28)");
+  EXPECT_EQ(error_line("first\n\n  last line  \n", ErrorKind::kOther), "last line");
+  EXPECT_EQ(bytes_text(24.0 * kMiB), "24 MiB");
+  EXPECT_EQ(bytes_text(1.5 * kGiB), "1.5 GiB");
+  EXPECT_EQ(bytes_text(512), "512 B");
+}
+
 // --- pinned_memory_pressure / ram_pressure ---------------------------------------------------
 
 system::Facts memory_facts(int64_t total) {

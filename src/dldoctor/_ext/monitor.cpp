@@ -10,6 +10,7 @@
 #include "analyze_convert.hpp"
 #include "beyond_convert.hpp"
 #include "dldoctor_core/common/clock.hpp"
+#include "failure_convert.hpp"
 #include "monitor_convert.hpp"
 #include "watchdog_convert.hpp"
 #include "register.hpp"
@@ -50,6 +51,11 @@ void register_monitor(nb::module_& m) {
              for (nb::handle f : functions) fs.push_back(hot_function_from_dict(f));
              self.session().add_hot_functions(loader, std::move(fs));
            })
+      .def("note_failure",
+           [](Monitor& self, nb::handle note) {
+             self.session().note(failure_note_from_dict(note));
+           },
+           nb::arg("note"), "A failure note (dict with 'kind') from the side logs.")
       .def("findings",
            [](Monitor& self, bool whole_run) {
              std::vector<report::Finding> fs;

@@ -256,7 +256,7 @@ void rule_cuda_oom(const JobView& job, std::vector<report::Finding>& out) {
     if (t.reserved_unallocated_bytes)
       f.add("reserved_unallocated_bytes", double(*t.reserved_unallocated_bytes));
     add_fit(f, fit);
-    f.add("error", oom->message.substr(0, 600));
+    f.add("error", error_line(oom->message, ErrorKind::kCudaOom));
     f.fix = "Use a smaller batch: " + batch_advice(fit, bs) +
             ". Or need less per sample: mixed precision (torch.autocast), activation "
             "checkpointing, a smaller input size." +

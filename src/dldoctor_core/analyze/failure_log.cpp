@@ -57,6 +57,32 @@ ErrorKind classify_error(std::string_view type, std::string_view message) noexce
   return ErrorKind::kOther;
 }
 
+std::string error_line(std::string_view message, ErrorKind kind) {
+  std::vector<std::string_view> keys;
+  switch (kind) {
+    case ErrorKind::kShmNoSpace: keys = {"No space left on device", "Errno 28]", "bus error", "Bus error"}; break;
+    case ErrorKind::kTooManyOpenFiles: keys = {"Too many open files", "ancdata", "Errno 24]"}; break;
+    case ErrorKind::kCudaOom: keys = {"out of memory"}; break;
+    case ErrorKind::kOther: break;
+  }
+  std::string_view last;
+  size_t pos = 0;
+  while (pos <= message.size()) {
+    size_t nl = message.find('\n', pos);
+    if (nl == std::string_view::npos) nl = message.size();
+    std::string_view line = message.substr(pos, nl - pos);
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.remove_suffix(1);
+    if (!line.empty()) {
+      for (std::string_view k : keys)
+        if (contains(line, k)) return std::string(line.substr(0, 300));
+      last = line;
+    }
+    pos = nl + 1;
+  }
+  return std::string(last.substr(0, 300));
+}
+
 std::string bytes_text(double bytes) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;

@@ -110,6 +110,12 @@ enum class ErrorKind {
 /// Classifies an exception by its type name and text.
 ErrorKind classify_error(std::string_view type, std::string_view message) noexcept;
 
+/// The line of an error text that names its cause (for kind: "... No space left on device
+/// (28)", "... Too many open files (24)", "CUDA out of memory ..."), else its last non-empty
+/// line; at most 300 characters. A worker's exception re-raised in the main process carries
+/// the whole worker traceback, of which this is the line that matters.
+std::string error_line(std::string_view message, ErrorKind kind);
+
 /// "24 MiB", "1.5 GiB", "512 B": a size in the binary units torch and df -h use.
 std::string bytes_text(double bytes);
 

@@ -49,11 +49,17 @@ void rule_fd_limit(const JobView& job, std::vector<report::Finding>& out) {
 
   const ErrorNote* err = nullptr;
   int64_t errors = 0;
+  bool emfile = false;  // "Too many open files" itself, not only a failed fd hand-over
   for (const ErrorNote& e : job.failures.errors)
     if (classify_error(e.type, e.message) == ErrorKind::kTooManyOpenFiles) {
-      if (!err) err = &e;
+      const bool own = e.message.find("ancdata") == std::string::npos;
+      if (!err || (own && !emfile)) err = &e;
+      emfile = emfile || own;
       errors += e.count;
     }
+  // "received 0 items of ancdata" alone is also what the main process sees when the worker
+  // handing it a descriptor dies in the middle: with a dead worker, that is worker_died's.
+  if (err && !emfile && !job.failures.deaths.empty()) err = nullptr;
 
   // The most descriptors any job process held at once, as sampled.
   std::optional<int64_t> peak;
@@ -91,7 +97,7 @@ void rule_fd_limit(const JobView& job, std::vector<report::Finding>& out) {
                                                            "is file_descriptor)")
                                              : strategy);
   if (err) {
-    f.add("error", err->message.substr(0, 600));
+    f.add("error", error_line(err->message, ErrorKind::kTooManyOpenFiles));
     f.add("errors", double(errors));
   }
 

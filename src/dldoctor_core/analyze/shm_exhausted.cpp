@@ -102,7 +102,7 @@ std::vector<Failure> shm_failures(const FailureView& fv) {
                      d.loader, true});
   for (const ErrorNote& e : fv.errors)
     if (classify_error(e.type, e.message) == ErrorKind::kShmNoSpace)
-      out.push_back({e.message, e.loader, false});
+      out.push_back({error_line(e.message, ErrorKind::kShmNoSpace), e.loader, false});
   return out;
 }
 
@@ -154,7 +154,7 @@ void rule_shm_exhausted(const JobView& job, std::vector<report::Finding>& out) {
     f.title = x.sigbus ? "A DataLoader worker died of SIGBUS: /dev/shm (" + shm_size +
                              ") is too small for the batches in flight"
                        : "/dev/shm (" + shm_size + ") ran out of space for the batches in flight";
-    f.add("failure", x.text.substr(0, 600));
+    f.add("failure", x.text.substr(0, 300));
     f.add("failures", double(failures.size()));
   } else if (predicted_over) {
     f.title = "The batches in flight (" + bytes_text(worst_f->bytes()) + ") will not fit in "

@@ -1,0 +1,199 @@
+"""The watcher's side of the failure rules: side-log records in, failure notes out to the C++
+analyzer (`Monitor.note_failure`), and the fixes the rules name finished in the words
+`dldoctor check` already uses.
+
+Records used: iter_start (fd limit, sharing strategy, pin_memory, the memory cgroup's OOM-kill
+counter as a baseline), worker_died (the counters at the death, so their rise says whether the
+OOM killer took it; plus the copy of the worker's stderr tail the hooks keep), worker_exception,
+queue_feeder_error, loader_error and uncaught_exception (error texts), cuda_memory. While the
+job runs, the job's memory cgroup is read about once a second (its headroom).
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import _failure_hooks, _memcg
+
+CGROUP_EVERY_NS = 1_000_000_000  # how often the job's memory cgroup is read while it runs
+_CUDA_FIELDS = (
+    "loader",
+    "device",
+    "peak_bytes",
+    "allocated_bytes",
+    "reserved_bytes",
+    "total_bytes",
+    "t_ns",
+)
+_SOURCES = {
+    "worker_exception": "worker",
+    "queue_feeder_error": "queue_feeder",
+    "loader_error": "loader",
+    "uncaught_exception": "uncaught",
+}
+
+
+def _delta(now, base) -> int | None:
+    if not isinstance(now, int) or not isinstance(base, int):
+        return None
+    return max(0, now - base)
+
+
+class FailureNotes:
+    """Turns one run's side-log records into failure notes for `monitor`."""
+
+    def __init__(self, monitor, run_dir: str):
+        self.monitor = monitor
+        self.run_dir = run_dir
+        # OOM-kill counters before anything of the job ran (the machine's), and at each
+        # loader's first iterator (its memory cgroup's).
+        self._machine_oom_base = _memcg.machine_oom_kills()
+        self._cgroup_oom_base: dict[str, int] = {}  # cgroup path -> counter at first sight
+        self._main_pids: set[int] = set()
+        self._next_cgroup_ns = 0
+
+    def _note(self, note: dict) -> None:
+        try:
+            self.monitor.note_failure(note)
+        except Exception:  # a malformed record is a lost note, never a failed run
+            pass
+
+    # -- records ---------------------------------------------------------------------------
+    def on_record(self, rec: dict) -> None:
+        kind = rec.get("type")
+        if kind == "iter_start":
+            self._iter_start(rec)
+        elif kind == "worker_died":
+            self._death(rec)
+        elif kind in _SOURCES:
+            self._note(
+                {
+                    "kind": "error",
+                    "source": _SOURCES[kind],
+                    "loader": rec.get("loader"),
+                    "worker": rec.get("worker"),
+                    "pid": rec.get("pid"),
+                    "type": rec.get("exc_type") or "",
+                    "message": rec.get("message") or "",
+                    "t_ns": rec.get("t_ns"),
+                    "cuda_peak_bytes": rec.get("cuda_peak_bytes"),
+                    "cuda_total_bytes": rec.get("cuda_total_bytes"),
+                }
+            )
+        elif kind == "cuda_memory":
+            note = {k: rec.get(k) for k in _CUDA_FIELDS}
+            note["kind"] = "cuda_memory"
+            self._note(note)
+
+    def _iter_start(self, rec: dict) -> None:
+        pid = rec.get("main_pid") or rec.get("pid")
+        if isinstance(pid, int):
+            self._main_pids.add(pid)
+        memcg = rec.get("memcg")
+        if isinstance(memcg, dict) and isinstance(memcg.get("oom_kill"), int):
+            self._cgroup_oom_base.setdefault(str(memcg.get("path")), memcg["oom_kill"])
+        pin = rec.get("pin_memory")
+        self._note(
+            {
+                "kind": "runtime",
+                "loader": rec.get("loader"),
+                "pid": pid,
+                "sharing_strategy": rec.get("sharing_strategy") or "",
+                "nofile_soft": rec.get("nofile_soft"),
+                "nofile_hard": rec.get("nofile_hard"),
+                "nofile_unlimited": rec.get("nofile_unlimited"),
+                "pin_memory_requested": pin,
+                # torch pins only with an accelerator: asked for and not in effect means none.
+                "accelerator": rec.get("pin_memory_effective") if pin else None,
+                "t_ns": rec.get("t_ns"),
+            }
+        )
+
+    def _death(self, rec: dict) -> None:
+        memcg = rec.get("memcg") if isinstance(rec.get("memcg"), dict) else {}
+        path = str(memcg.get("path"))
+        pid = rec.get("worker_pid")
+        signal = rec.get("signal")
+        self._note(
+            {
+                "kind": "death",
+                "loader": rec.get("loader"),
+                "worker": rec.get("worker"),
+                "pid": pid,
+                "exit_code": rec.get("exitcode"),
+                "signal": signal,
+                "message": rec.get("message") or "",
+                "stderr_tail": _failure_hooks.stderr_tail(self.run_dir, pid)
+                if isinstance(pid, int)
+                else "",
+                "cgroup_oom_kills": _delta(memcg.get("oom_kill"), self._cgroup_oom_base.get(path)),
+                "machine_oom_kills": _delta(rec.get("machine_oom_kills"), self._machine_oom_base),
+                "cgroup_limit_bytes": memcg.get("limit_bytes"),
+                "cgroup_usage_bytes": memcg.get("usage_bytes"),
+                "cgroup_peak_bytes": memcg.get("peak_bytes"),
+                "t_ns": rec.get("t_ns"),
+            }
+        )
+
+    # -- while the job runs ------------------------------------------------------------------
+    def poll(self) -> None:
+        """Read the job's memory cgroup (about once a second)."""
+        now = time.monotonic_ns()
+        if now < self._next_cgroup_ns or not self._main_pids:
+            return
+        self._next_cgroup_ns = now + CGROUP_EVERY_NS
+        seen = set()
+        for pid in list(self._main_pids):
+            try:
+                m = _memcg.read(pid)
+            except Exception:
+                m = None
+            if not m or m["path"] in seen:
+                continue
+            seen.add(m["path"])
+            if m.get("limit_bytes") is None:
+                continue  # no limit: MemAvailable (the sampler's) is what counts
+            self._note(
+                {
+                    "kind": "cgroup_memory",
+                    "limit_bytes": m["limit_bytes"],
+                    "usage_bytes": m["usage_bytes"],
+                    "peak_bytes": m["peak_bytes"],
+                    "t_ns": now,
+                }
+            )
+
+    # -- the report --------------------------------------------------------------------------
+    def finish_findings(self, findings: list[dict], facts: dict) -> list[dict]:
+        """The fixes in the words `dldoctor check` uses: /dev/shm sizes for Docker,
+        Kubernetes and bare metal, the machine's own kind first."""
+        for f in findings:
+            if f.get("id") == "shm_exhausted":
+                try:
+                    f["fix"] = _shm_fix(f, facts)
+                except Exception:
+                    pass  # the analyzer's own wording stays
+        return findings
+
+
+def _shm_fix(f: dict, facts: dict) -> str:
+    from . import _preflight
+
+    ev = f.get("evidence") or {}
+    need = ev.get("shm_size_needed_bytes")
+    in_flight = ev.get("in_flight_bytes")
+    if not isinstance(need, (int, float)) or need <= 0:
+        return f["fix"]
+    # _shm_fix sizes /dev/shm at SHM_MARGIN x what it is given.
+    base = (
+        in_flight
+        if isinstance(in_flight, (int, float)) and in_flight * _preflight.SHM_MARGIN >= need
+        else need / _preflight.SHM_MARGIN
+    )
+    lines = _preflight._shm_fix(facts, int(base)).split("\n")
+    fits = ev.get("fits_today")
+    free = ev.get("shm_free_bytes")
+    if isinstance(fits, str) and fits and lines and lines[-1].startswith("or keep fewer"):
+        today = f" (/dev/shm has {_preflight.human_bytes(free)} free now)" if free else ""
+        lines[-1] = f"or keep fewer batches in flight: {fits} fits today's size{today}"
+    return "\n".join(lines)

@@ -1,0 +1,44 @@
+"""A job that ends badly while its loader runs: the training step raises (`--raise`, the
+default) after a few batches, or the loop runs until it is interrupted (`--forever`: it
+prints "ready" once batches flow, for a test to send Ctrl-C). With `--pin-memory` the loader
+asks for pin_memory=True (on a machine without CUDA torch ignores it).
+"""
+
+import sys
+import time
+
+import torch
+from _common import parser
+from torch.utils.data import DataLoader, Dataset
+
+
+class Numbers(Dataset):
+    def __len__(self):
+        return 1_000_000
+
+    def __getitem__(self, i):
+        return torch.full((8,), float(i))
+
+
+def main():
+    ap = parser(__doc__)
+    ap.add_argument("--forever", action="store_true")
+    ap.add_argument("--pin-memory", action="store_true")
+    args = ap.parse_args()
+    loader = DataLoader(Numbers(), batch_size=16, num_workers=1, pin_memory=args.pin_memory)
+    start = time.monotonic()
+    for n, _batch in enumerate(loader):
+        time.sleep(0.01)
+        if args.forever:
+            if n == 20:
+                print("ready", flush=True)
+            continue
+        if args.healthy and time.monotonic() - start > args.seconds:
+            break
+        if not args.healthy and n == 30:
+            raise ValueError("loss is NaN at step 30")
+    print("done", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""A low RLIMIT_NOFILE with many tensors per batch under torch's default file_descriptor
+sharing strategy: every tensor in flight is an open descriptor. The collate keeps the 16
+tensors of each of 8 samples apart (128 per batch, 4 batches in flight), the job lowers its
+own limit to 256, and a worker soon fails to send a batch ("Too many open files"); the batch
+is lost, and the loader's timeout (5 s) ends the wait for it.
+
+Healthy twin (`--healthy`): the same samples stacked by the default collate (16 tensors a
+batch).
+"""
+
+import resource
+
+import torch
+from _common import consume, parser
+from torch.utils.data import DataLoader, Dataset
+
+
+class Parts(Dataset):
+    def __len__(self):
+        return 1_000_000
+
+    def __getitem__(self, i):
+        return [torch.full((4,), float(i)) for _ in range(16)]
+
+
+def keep_apart(batch):
+    return batch  # a list of samples, each a list of 16 tensors: 128 descriptors a batch
+
+
+def main():
+    ap = parser(__doc__)
+    ap.add_argument("--nofile", type=int, default=256)
+    ap.add_argument("--timeout", type=float, default=5.0)
+    args = ap.parse_args()
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (args.nofile, hard))
+    loader = DataLoader(
+        Parts(),
+        batch_size=8,
+        num_workers=2,
+        collate_fn=None if args.healthy else keep_apart,
+        timeout=args.timeout,
+    )
+    print("batches:", consume(loader, args.seconds))
+
+
+if __name__ == "__main__":
+    main()
