@@ -33,7 +33,7 @@ time.sleep(3600)
 """
 
 
-def measure(n, seconds, hz, smaps_every, heavy, threads):
+def measure(n, seconds, hz, smaps_every, heavy, threads, total_budget=0.0):
     root = subprocess.Popen(
         [sys.executable, "-c", TREE.format(n=n, heavy=heavy)],
         stdout=subprocess.PIPE,
@@ -42,7 +42,7 @@ def measure(n, seconds, hz, smaps_every, heavy, threads):
     try:
         assert root.stdout.readline().strip() == b"ready"
         sampler = _ext.Sampler(root.pid, interval_s=1 / hz, smaps_every=smaps_every,
-                               threads=threads, capacity=16)
+                               threads=threads, capacity=16, total_budget_pct=total_budget)
         sampler.sample_once()  # first reads (all slow sources, descriptors opened) left out
         warm_taken, warm_cost = sampler.samples_taken, sampler.cost_ns_total
         cpu0 = time.process_time_ns()
@@ -74,6 +74,8 @@ def main():
     ap.add_argument("--smaps-every", type=int, default=10)
     ap.add_argument("--heavy", action="store_true", help="children inherit numpy's mappings")
     ap.add_argument("--threads", action="store_true", help="per-thread sampling on")
+    ap.add_argument("--total-budget", type=float, default=0.0,
+                    help="whole-sampler budget, %% of a core (dldoctor run uses 1)")
     args = ap.parse_args()
 
     print(f"sampler at {args.hz:g} Hz, smaps_rollup every {args.smaps_every}th pass, "
@@ -83,7 +85,8 @@ def main():
           f"{'% of 1 core':>11} {'whole process %':>15}")
     over = False
     for n in args.sizes:
-        r = measure(n, args.seconds, args.hz, args.smaps_every, args.heavy, args.threads)
+        r = measure(n, args.seconds, args.hz, args.smaps_every, args.heavy, args.threads,
+                    args.total_budget)
         print(f"{r['children']:>8} {r['members']:>7} {r['passes']:>6} {r['per_pass_us']:>9.0f} "
               f"{r['pct_one_core']:>11.2f} {r['process_pct_one_core']:>15.2f}")
         if n >= 64 and r["pct_one_core"] > BUDGET_PCT:

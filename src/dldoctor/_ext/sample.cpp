@@ -49,7 +49,8 @@ nb::dict machine_to_dict(const sample::MachineSample& m) {
 }
 
 sample::SamplerOptions make_options(double interval_s, int smaps_every, bool threads,
-                                    size_t capacity, double smaps_budget_pct) {
+                                    size_t capacity, double smaps_budget_pct,
+                                    double total_budget_pct = 0) {
   if (!(interval_s > 0) || interval_s > 3600) {
     throw Error("sampler interval_s must be between 0 and 3600 seconds");
   }
@@ -59,6 +60,7 @@ sample::SamplerOptions make_options(double interval_s, int smaps_every, bool thr
   o.threads = threads;
   o.capacity = capacity;
   o.smaps_budget_pct = smaps_budget_pct;
+  o.total_budget_pct = total_budget_pct;
   return o;
 }
 
@@ -71,6 +73,7 @@ nb::dict process_to_dict(const sample::ProcessSample& p) {
   d["state"] = state(p.state);
   d["comm"] = text(p.comm);
   d["num_threads"] = p.num_threads;
+  d["active_threads"] = opt(p.active_threads);
   d["cpu_pct"] = opt(p.cpu_pct);
   d["runq_delay_pct"] = opt(p.runq_delay_pct);
   d["voluntary_cs_per_s"] = opt(p.voluntary_cs_per_s);
@@ -78,6 +81,7 @@ nb::dict process_to_dict(const sample::ProcessSample& p) {
   d["rss_bytes"] = opt(p.rss_bytes);
   d["pss_bytes"] = opt(p.pss_bytes);
   d["private_dirty_bytes"] = opt(p.private_dirty_bytes);
+  d["smaps_fresh"] = p.smaps_fresh;
   d["read_bytes_per_s"] = opt(p.read_bytes_per_s);
   d["rchar_per_s"] = opt(p.rchar_per_s);
   d["read_bytes_total"] = opt(p.read_bytes_total);
@@ -113,13 +117,13 @@ void register_sample(nb::module_& m) {
       .def(
           "__init__",
           [](Sampler* self, int root_pid, double interval_s, int smaps_every, bool threads,
-             size_t capacity, double smaps_budget_pct) {
+             size_t capacity, double smaps_budget_pct, double total_budget_pct) {
             new (self) Sampler(root_pid, make_options(interval_s, smaps_every, threads, capacity,
-                                                      smaps_budget_pct));
+                                                      smaps_budget_pct, total_budget_pct));
           },
           nb::arg("root_pid"), nb::arg("interval_s") = 0.1, nb::arg("smaps_every") = 10,
           nb::arg("threads") = false, nb::arg("capacity") = 600,
-          nb::arg("smaps_budget_pct") = 0.05)
+          nb::arg("smaps_budget_pct") = 0.05, nb::arg("total_budget_pct") = 0.0)
       .def("add_root", &Sampler::add_root, nb::arg("pid"),
            "Also sample pid and its descendants.")
       .def("start", &Sampler::start, nb::call_guard<nb::gil_scoped_release>(),
