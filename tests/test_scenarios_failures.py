@@ -20,13 +20,13 @@ MIB = 1 << 20
 SHM_MIB = 24  # the /dev/shm tmpfs of the shm scenarios
 
 
-def shm_run(tmp_path, *args):
+def shm_run(tmp_path, *args, quiet=True):
     """shm_exhausted.py under `dldoctor run`, both inside a mount namespace whose /dev/shm is
     a 24 MiB tmpfs (the watcher's facts must see the same /dev/shm as the job)."""
     return run_doctor(
-        scenario("shm_exhausted", "--seconds", "4", *args),
+        scenario("shm_exhausted", "--seconds", "5", *args),
         tmp_path,
-        ("-q",),
+        ("-q",) if quiet else (),
         prefix=namespace_cmd([], shm_mib=SHM_MIB),
     )
 
@@ -63,9 +63,10 @@ def test_same_loader_with_a_prefetch_that_fits_is_quiet(tmp_path):
 
 
 def test_little_margin_is_a_warning_before_any_crash(tmp_path):
-    r = shm_run(tmp_path, "--tight")  # prefetch 4: 18 MiB of 24 in flight
+    r = shm_run(tmp_path, "--tight", quiet=False)  # prefetch 4: 18 MiB of 24 in flight
     assert r.returncode == 0, r.stderr  # it did not crash ...
-    f = r.finding("shm_exhausted")  # ... and was still called out
+    assert "warning, shm_exhausted" in r.stderr  # ... was called out while it ran ...
+    f = r.finding("shm_exhausted")  # ... and in the report
     assert f["severity"] == "warning"
     assert r.report["verdict"] == "healthy"
     ev = f["evidence"]
@@ -150,6 +151,21 @@ def test_too_many_open_files_under_a_low_nofile(tmp_path):
     assert ev["sharing_strategy"] == "file_descriptor"
     assert ev["recommended_nofile"] >= 8192
     assert "ulimit -n" in f["fix"] and "set_sharing_strategy('file_system')" in f["fix"]
+
+
+def test_a_batch_lost_to_the_fd_limit_leads_the_hang_it_causes(tmp_path):
+    # No loader timeout: the main process waits forever for the batch the worker dropped.
+    r = run_doctor(
+        scenario("fd_limit", "--seconds", "30", "--timeout", "0"),
+        tmp_path,
+        ("-q", "--hang-timeout", "3", "--on-hang", "abort"),
+    )
+    assert r.returncode == 124, r.stderr
+    assert "hang" in r.report
+    assert r.report["verdict"] == "fd_limit", r.report["findings"]
+    f = r.finding("fd_limit")
+    assert f["evidence"]["batches_lost"] >= 1
+    assert "The hang is its consequence" in f["why"]
 
 
 def test_same_samples_stacked_fit_the_same_limit(tmp_path):

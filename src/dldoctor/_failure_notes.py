@@ -16,6 +16,14 @@ import time
 from . import _failure_hooks, _memcg
 
 CGROUP_EVERY_NS = 1_000_000_000  # how often the job's memory cgroup is read while it runs
+# How often the streaming findings are asked for warnings of a failure to come: the analysis
+# of the recent window costs a few ms, and a risk said a second later is still in time.
+RISKS_EVERY_NS = 1_000_000_000
+# Warnings that announce a failure (the job will crash or hang), said as soon as they appear.
+RISK_IDS = ("shm_exhausted", "fd_limit", "cuda_oom_risk", "pinned_memory_pressure", "ram_pressure")
+# The watcher adds this to the hang doctor's critical scores; a batch lost by a worker (no
+# room in /dev/shm, no descriptor) is the cause of that hang, so it goes above them.
+HANG_SCORE = 1e9
 _CUDA_FIELDS = (
     "loader",
     "device",
@@ -51,6 +59,8 @@ class FailureNotes:
         self._cgroup_oom_base: dict[str, int] = {}  # cgroup path -> counter at first sight
         self._main_pids: set[int] = set()
         self._next_cgroup_ns = 0
+        self._next_risks_ns = 0
+        self._announced: set[str] = set()
 
     def _note(self, note: dict) -> None:
         try:
@@ -163,16 +173,43 @@ class FailureNotes:
                 }
             )
 
+    def new_risks(self) -> list[dict]:
+        """Warnings of RISK_IDS in the streaming findings not said before (once a second)."""
+        now = time.monotonic_ns()
+        if now < self._next_risks_ns:
+            return []
+        self._next_risks_ns = now + RISKS_EVERY_NS
+        try:
+            findings = self.monitor.findings(False)
+        except Exception:
+            return []
+        out = []
+        for f in findings:
+            if f.get("severity") == "warning" and f.get("id") in RISK_IDS:
+                if f["id"] not in self._announced:
+                    self._announced.add(f["id"])
+                    out.append(f)
+        return out
+
     # -- the report --------------------------------------------------------------------------
     def finish_findings(self, findings: list[dict], facts: dict) -> list[dict]:
-        """The fixes in the words `dldoctor check` uses: /dev/shm sizes for Docker,
-        Kubernetes and bare metal, the machine's own kind first."""
+        """The fixes in the words `dldoctor check` uses (/dev/shm sizes for Docker, Kubernetes
+        and bare metal, the machine's own kind first); a lost batch ahead of the hang it
+        caused."""
+        hang = any(float(f.get("score") or 0) >= HANG_SCORE for f in findings)
         for f in findings:
             if f.get("id") == "shm_exhausted":
                 try:
                     f["fix"] = _shm_fix(f, facts)
                 except Exception:
                     pass  # the analyzer's own wording stays
+            lost = (f.get("evidence") or {}).get("batches_lost")
+            if hang and lost and f.get("severity") == "critical":
+                f["score"] = 2 * HANG_SCORE + float(f.get("score") or 0)
+                f["why"] = (f.get("why") or "") + (
+                    " The hang is its consequence: the main process waits for a batch that no"
+                    " worker will send."
+                )
         return findings
 
 

@@ -161,6 +161,11 @@ class Watcher:
         self._first_named = verdict
         return top
 
+    def new_risks(self) -> list[dict]:
+        """Warnings of a failure to come (/dev/shm, fds, GPU memory), each once, while the
+        job still runs."""
+        return self.failures.new_risks()
+
     def new_hang(self) -> dict | None:
         """The hang doctor's newest capture and findings, once per hang."""
         n = self.monitor.hangs

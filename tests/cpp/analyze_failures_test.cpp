@@ -302,6 +302,7 @@ TEST(AnalyzeFdLimit, TooManyOpenFilesIsCriticalWithTheLimitToSet) {
   ASSERT_EQ(ids(fs), std::vector<std::string>{"fd_limit"});
   EXPECT_EQ(fs[0].severity, report::Severity::kCritical);
   EXPECT_EQ(*num(fs[0], "recommended_nofile"), 8192.0);  // max(8192, pow2(4 x 256))
+  EXPECT_EQ(*num(fs[0], "batches_lost"), 1.0);  // the worker's feeder dropped the batch
   EXPECT_NE(fs[0].fix.find("ulimit -n 8192"), std::string::npos) << fs[0].fix;
   EXPECT_NE(fs[0].fix.find("set_sharing_strategy('file_system')"), std::string::npos);
   EXPECT_NE(fs[0].fix.find("above the hard limit 256"), std::string::npos);

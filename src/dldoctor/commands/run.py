@@ -263,4 +263,12 @@ class JobRun:
                     file=sys.stderr,
                     flush=True,
                 )
+            for risk in watcher.new_risks():  # a failure coming: say it while there is time
+                if not self.args.quiet:
+                    print(
+                        f"dldoctor: [{time.monotonic() - start:.1f} s] warning, {risk['id']}: "
+                        f"{risk['title']}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         return rc if rc >= 0 else 128 - rc

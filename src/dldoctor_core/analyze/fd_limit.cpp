@@ -50,12 +50,14 @@ void rule_fd_limit(const JobView& job, std::vector<report::Finding>& out) {
   const ErrorNote* err = nullptr;
   int64_t errors = 0;
   bool emfile = false;  // "Too many open files" itself, not only a failed fd hand-over
+  int64_t lost = 0;     // batches a worker could not send
   for (const ErrorNote& e : job.failures.errors)
     if (classify_error(e.type, e.message) == ErrorKind::kTooManyOpenFiles) {
       const bool own = e.message.find("ancdata") == std::string::npos;
       if (!err || (own && !emfile)) err = &e;
       emfile = emfile || own;
       errors += e.count;
+      if (e.source == ErrorSource::kQueueFeeder) lost += e.count;
     }
   // "received 0 items of ancdata" alone is also what the main process sees when the worker
   // handing it a descriptor dies in the middle: with a dead worker, that is worker_died's.
@@ -99,6 +101,7 @@ void rule_fd_limit(const JobView& job, std::vector<report::Finding>& out) {
   if (err) {
     f.add("error", error_line(err->message, ErrorKind::kTooManyOpenFiles));
     f.add("errors", double(errors));
+    if (lost > 0) f.add("batches_lost", double(lost));
   }
 
   const int64_t base = std::max(peak.value_or(0), soft.value_or(0));

@@ -90,6 +90,7 @@ struct Failure {
   std::string text;  ///< the error text, or the death's description
   int loader = -1;
   bool sigbus = false;
+  int64_t lost = 0;  ///< batches a worker could not send (the main process waits for them)
 };
 
 std::vector<Failure> shm_failures(const FailureView& fv) {
@@ -102,7 +103,8 @@ std::vector<Failure> shm_failures(const FailureView& fv) {
                      d.loader, true});
   for (const ErrorNote& e : fv.errors)
     if (classify_error(e.type, e.message) == ErrorKind::kShmNoSpace)
-      out.push_back({error_line(e.message, ErrorKind::kShmNoSpace), e.loader, false});
+      out.push_back({error_line(e.message, ErrorKind::kShmNoSpace), e.loader, false,
+                     e.source == ErrorSource::kQueueFeeder ? e.count : 0});
   return out;
 }
 
@@ -156,6 +158,9 @@ void rule_shm_exhausted(const JobView& job, std::vector<report::Finding>& out) {
                        : "/dev/shm (" + shm_size + ") ran out of space for the batches in flight";
     f.add("failure", x.text.substr(0, 300));
     f.add("failures", double(failures.size()));
+    int64_t lost = 0;
+    for (const Failure& y : failures) lost += y.lost;
+    if (lost > 0) f.add("batches_lost", double(lost));
   } else if (predicted_over) {
     f.title = "The batches in flight (" + bytes_text(worst_f->bytes()) + ") will not fit in "
               "/dev/shm (" + bytes_text(*free) + " free): workers will fail when the queues fill";
