@@ -69,9 +69,9 @@ class Chromium:
         self.session: str | None = None
         targets = self.call("Target.getTargets")["targetInfos"]
         page = next(t for t in targets if t["type"] == "page")
-        self.session = self.call(
-            "Target.attachToTarget", targetId=page["targetId"], flatten=True
-        )["sessionId"]
+        self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)[
+            "sessionId"
+        ]
         for domain in ("Runtime", "Log", "Network", "Page"):
             self.call(f"{domain}.enable")
 
@@ -122,8 +122,9 @@ class Chromium:
         self.wait_for("Page.loadEventFired", since=mark)
 
     def evaluate(self, expression: str):
-        r = self.call("Runtime.evaluate", expression=expression, returnByValue=True,
-                      awaitPromise=True)
+        r = self.call(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
         if "exceptionDetails" in r:
             raise RuntimeError(f"page script failed: {r['exceptionDetails']}")
         return r["result"].get("value")
@@ -135,7 +136,9 @@ class Chromium:
             if m["method"] == "Runtime.exceptionThrown":
                 out.append(str(p.get("exceptionDetails", {}).get("text")))
             elif m["method"] == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-                out.append(" ".join(str(a.get("value", a.get("description"))) for a in p.get("args", [])))
+                out.append(
+                    " ".join(str(a.get("value", a.get("description"))) for a in p.get("args", []))
+                )
             elif m["method"] == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
                 out.append(p["entry"].get("text", ""))
         return out
@@ -151,8 +154,13 @@ class Chromium:
         height = int(self.evaluate("document.documentElement.scrollHeight"))
         if max_height:
             height = min(height, max_height)
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
-                  deviceScaleFactor=1, mobile=False)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
         self.call("Emulation.setScrollbarsHidden", hidden=True)
         time.sleep(0.5)  # plotly's responsive charts redraw at the new width
         data = self.call("Page.captureScreenshot", format="png")["data"]

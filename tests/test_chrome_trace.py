@@ -102,7 +102,7 @@ def test_trace_follows_the_format_and_the_job(traced):
 
     # A worker's fetches never overlap; getitem and collate lie inside their fetch, in order.
     fetches = {}
-    for (pid, tid, cat), ss in by_track.items():
+    for (pid, _tid, cat), ss in by_track.items():
         ss.sort(key=lambda s: s["ts"])
         if cat in ("fetch", "getitem", "collate"):
             assert pid in worker_pids
@@ -114,9 +114,12 @@ def test_trace_follows_the_format_and_the_job(traced):
                 fetches[(s["args"]["loader"], s["args"]["epoch"], s["args"]["batch"])] = s
     for s in spans:
         if s["cat"] in ("getitem", "collate"):
-            f = next(f for f in by_track[(s["pid"], s["tid"], "fetch")]
-                     if f["args"]["batch"] == s["args"]["batch"]
-                     and f["ts"] - EPS_US <= s["ts"] <= f["ts"] + f["dur"] + EPS_US)
+            f = next(
+                f
+                for f in by_track[(s["pid"], s["tid"], "fetch")]
+                if f["args"]["batch"] == s["args"]["batch"]
+                and f["ts"] - EPS_US <= s["ts"] <= f["ts"] + f["dur"] + EPS_US
+            )
             assert s["ts"] + s["dur"] <= f["ts"] + f["dur"] + EPS_US
             assert s["name"].endswith(f" {f['args']['batch']}")
 
@@ -166,8 +169,14 @@ def test_a_cut_trace_says_so():
         (3, main, 2_100_000, 0, 0, 0, 0, 0, 500_000, -1, -1, 0),
     ]
     doc = chrome_trace.build(
-        {"events": events, "machine": [], "processes": [], "dropped_events": 7,
-         "dropped_counters": 0, "max_events": 3}
+        {
+            "events": events,
+            "machine": [],
+            "processes": [],
+            "dropped_events": 7,
+            "dropped_counters": 0,
+            "max_events": 3,
+        }
     )
     _check_format(doc)
     assert doc["otherData"]["cut"] is True and doc["otherData"]["events_dropped"] == 7

@@ -96,7 +96,9 @@ def test_html_opens_offline_with_verdict_findings_and_charts(slow_getitem_run):
         json.dump(r.report, f)
     p = subprocess.run(
         [sys.executable, "-m", "dldoctor", "report", json_path, "--html", again],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert p.returncode == 0, p.stderr
 
@@ -149,13 +151,17 @@ def test_report_html_without_series_and_bad_path(tmp_path):
     out = tmp_path / "old.html"
     p = subprocess.run(
         [sys.executable, "-m", "dldoctor", "report", str(src), "--html", str(out)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert p.returncode == 0, p.stderr
     assert "verdict: <b>healthy</b>" in out.read_text()
     p = subprocess.run(
         [sys.executable, "-m", "dldoctor", "report", str(src), "--html", "/nonexistent/x.html"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert p.returncode != 0
     assert "Traceback" not in p.stderr and "cannot write the HTML report" in p.stderr

@@ -30,8 +30,20 @@ class Tmux:
         self.name = "live"
         self.tmp = tmp_path
         self._tmux(
-            "new-session", "-d", "-s", self.name, "-x", str(cols), "-y", str(rows),
-            "env", "PS1=$ ", "TERM=xterm-256color", "bash", "--norc", "--noprofile",
+            "new-session",
+            "-d",
+            "-s",
+            self.name,
+            "-x",
+            str(cols),
+            "-y",
+            str(rows),
+            "env",
+            "PS1=$ ",
+            "TERM=xterm-256color",
+            "bash",
+            "--norc",
+            "--noprofile",
         )
 
     def _tmux(self, *args) -> str:
@@ -133,9 +145,21 @@ def test_live_view_refreshes_and_ctrl_c_leaves_a_clean_terminal(tmux, tmp_path):
 def test_live_without_a_terminal_goes_on_without_it(tmp_path):
     report = str(tmp_path / "r.json")
     p = subprocess.run(
-        [sys.executable, "-m", "dldoctor", "run", "--live", "--json", report, "--",
-         *scenario("slow_getitem", "--healthy", "--seconds", "2")],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "dldoctor",
+            "run",
+            "--live",
+            "--json",
+            report,
+            "--",
+            *scenario("slow_getitem", "--healthy", "--seconds", "2"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert p.returncode == 0, p.stderr
     assert "--live needs a terminal" in p.stderr

@@ -19,7 +19,13 @@ import time
 
 def progress():
     """A progress display on stdout (rich is dldoctor's own dependency)."""
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(
         TextColumn("demo: {task.description}"),

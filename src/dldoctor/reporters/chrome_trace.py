@@ -64,7 +64,7 @@ def build(trace: dict, report=None) -> dict:
     main_pids: dict[int, int] = {}  # loader -> main pid
     worker_of_pid: dict[int, tuple[int, int]] = {}
 
-    for kind, pid, t, _flags, loader, worker, _index, _count, v0, v1, v2, v3 in raw:
+    for kind, pid, t, _flags, loader, worker, _index, _count, _v0, v1, _v2, v3 in raw:
         if kind == K_ITER_START:
             epochs.add(loader, t, v3)
             if v1 > 0:
@@ -93,8 +93,13 @@ def build(trace: dict, report=None) -> dict:
                 tid = MAIN_FETCH_TID + loader
                 names.setdefault((pid, None), f"main process (pid {pid})")
                 names[(pid, tid)] = f"loader {loader}: fetch (num_workers=0)"
-            args = {"batch": index, "loader": loader, "worker": worker, "epoch": epoch,
-                    "samples": count}
+            args = {
+                "batch": index,
+                "loader": loader,
+                "worker": worker,
+                "epoch": epoch,
+                "samples": count,
+            }
             if v2 > 0:
                 args["cpu_ms"] = round(v2 / 1e6, 3)
             if v3 >= 0:
@@ -104,11 +109,29 @@ def build(trace: dict, report=None) -> dict:
             out.append(_span(f"fetch {index}", "fetch", pid, tid, t, v0, args))
             collate = v1 if 0 <= v1 <= v0 else 0
             # torch's fetch gets every sample, then collates them: getitem first.
-            out.append(_span(f"getitem {index}", "getitem", pid, tid, t, v0 - collate,
-                             {"batch": index, "samples": count}))
+            out.append(
+                _span(
+                    f"getitem {index}",
+                    "getitem",
+                    pid,
+                    tid,
+                    t,
+                    v0 - collate,
+                    {"batch": index, "samples": count},
+                )
+            )
             if v1 >= 0:
-                out.append(_span(f"collate {index}", "collate", pid, tid, t + v0 - collate,
-                                 collate, {"batch": index}))
+                out.append(
+                    _span(
+                        f"collate {index}",
+                        "collate",
+                        pid,
+                        tid,
+                        t + v0 - collate,
+                        collate,
+                        {"batch": index},
+                    )
+                )
         elif kind == K_MAIN_BATCH:
             tid = MAIN_LOOP_TID + loader
             names.setdefault((pid, None), f"main process (pid {pid})")
@@ -116,51 +139,87 @@ def build(trace: dict, report=None) -> dict:
             wait = max(v0, 0)
             if v1 >= 0:
                 # The consumer's step on the previous batch: from its hand-out to this ask.
-                out.append(_span(f"step {index - 1}", "step", pid, tid, t - v1, v1,
-                                 {"batch": index - 1, "loader": loader, "epoch": epoch}))
+                out.append(
+                    _span(
+                        f"step {index - 1}",
+                        "step",
+                        pid,
+                        tid,
+                        t - v1,
+                        v1,
+                        {"batch": index - 1, "loader": loader, "epoch": epoch},
+                    )
+                )
             args = {"batch": index, "loader": loader, "worker": worker, "epoch": epoch}
             if v2 >= 0:
                 args["pin_memory_ms"] = round(v2 / 1e6, 3)
             out.append(_span(f"wait {index}", "wait", pid, tid, t, wait, args))
         elif kind == K_ITER_START:
             tid = MAIN_LOOP_TID + loader
-            out.append(_instant(f"epoch {v3} starts", pid, tid, t,
-                                {"num_workers": worker, "batch_size": count or None}))
+            out.append(
+                _instant(
+                    f"epoch {v3} starts",
+                    pid,
+                    tid,
+                    t,
+                    {"num_workers": worker, "batch_size": count or None},
+                )
+            )
         elif kind == K_ITER_END:
             tid = MAIN_LOOP_TID + loader
-            out.append(_instant(f"epoch {v1} ends ({END_REASONS.get(v0, v0)})", pid, tid, t,
-                                {"batches": index}))
+            out.append(
+                _instant(
+                    f"epoch {v1} ends ({END_REASONS.get(v0, v0)})", pid, tid, t, {"batches": index}
+                )
+            )
         elif kind == K_WORKER_START:
             out.append(_instant("worker starts", pid, pid, t, {"worker": worker}))
         elif kind == K_WORKER_EXIT:
-            out.append(_instant("worker exits", pid, pid, t,
-                                {"batches": v0, "raised": bool(v1)}))
+            out.append(_instant("worker exits", pid, pid, t, {"batches": v0, "raised": bool(v1)}))
         elif kind == K_WORKER_EXCEPTION:
             out.append(_instant(f"exception in batch {index}", pid, pid, t, {"batch": index}))
         elif kind == K_WORKER_DIED:
             tid = MAIN_LOOP_TID + loader
             how = f"signal {v1}" if v1 > 0 else f"exit code {v0}"
-            out.append(_instant(f"worker {worker} died ({how})", pid, tid, t,
-                                {"worker": worker, "pid": v2}))
+            out.append(
+                _instant(
+                    f"worker {worker} died ({how})", pid, tid, t, {"worker": worker, "pid": v2}
+                )
+            )
 
     out.extend(_counters(trace, worker_of_pid, set(main_pids.values()), names))
 
     kept, dropped = len(raw), int(trace.get("dropped_events") or 0)
     if dropped and raw:
-        out.append({"name": f"trace cut: {dropped} later events were not kept "
-                    f"(cap {trace.get('max_events')})", "ph": "i", "s": "g",
-                    "ts": _us(raw[-1][2]), "pid": MACHINE_PID, "tid": 0})
+        out.append(
+            {
+                "name": f"trace cut: {dropped} later events were not kept "
+                f"(cap {trace.get('max_events')})",
+                "ph": "i",
+                "s": "g",
+                "ts": _us(raw[-1][2]),
+                "pid": MACHINE_PID,
+                "tid": 0,
+            }
+        )
 
     meta: list[dict] = []
     for (pid, tid), name in names.items():
         if tid is None:
             meta.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}})
             if pid in sort_index:
-                meta.append({"name": "process_sort_index", "ph": "M", "pid": pid,
-                             "args": {"sort_index": sort_index[pid]}})
+                meta.append(
+                    {
+                        "name": "process_sort_index",
+                        "ph": "M",
+                        "pid": pid,
+                        "args": {"sort_index": sort_index[pid]},
+                    }
+                )
         else:
-            meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
-                         "args": {"name": name}})
+            meta.append(
+                {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+            )
     other = {
         "tool": "dldoctor",
         "clock": "CLOCK_MONOTONIC",
@@ -170,19 +229,35 @@ def build(trace: dict, report=None) -> dict:
         "cut": bool(dropped),
     }
     if report is not None:
-        other.update(verdict=report.verdict, command=report.command,
-                     tool_version=report.tool_version)
+        other.update(
+            verdict=report.verdict, command=report.command, tool_version=report.tool_version
+        )
     return {"traceEvents": meta + out, "displayTimeUnit": "ms", "otherData": other}
 
 
 def _span(name, cat, pid, tid, t_ns, dur_ns, args) -> dict:
-    return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": _us(t_ns),
-            "dur": _us(max(dur_ns, 0)), "args": args}
+    return {
+        "name": name,
+        "cat": cat,
+        "ph": "X",
+        "pid": pid,
+        "tid": tid,
+        "ts": _us(t_ns),
+        "dur": _us(max(dur_ns, 0)),
+        "args": args,
+    }
 
 
 def _instant(name, pid, tid, t_ns, args) -> dict:
-    return {"name": name, "ph": "i", "s": "t", "pid": pid, "tid": tid, "ts": _us(t_ns),
-            "args": args}
+    return {
+        "name": name,
+        "ph": "i",
+        "s": "t",
+        "pid": pid,
+        "tid": tid,
+        "ts": _us(t_ns),
+        "args": args,
+    }
 
 
 def _counters(trace: dict, worker_of_pid: dict, main_pids: set, names: dict) -> list[dict]:
@@ -196,20 +271,42 @@ def _counters(trace: dict, worker_of_pid: dict, main_pids: set, names: dict) -> 
             args = {"used": round(shm_used / 2**20, 3)}
             if shm_total is not None:
                 args["free"] = round((shm_total - shm_used) / 2**20, 3)
-            out.append({"name": "/dev/shm (MiB)", "ph": "C", "pid": MACHINE_PID, "ts": ts,
-                        "args": args})
+            out.append(
+                {"name": "/dev/shm (MiB)", "ph": "C", "pid": MACHINE_PID, "ts": ts, "args": args}
+            )
         if mem_available is not None:
-            out.append({"name": "available memory (MiB)", "ph": "C", "pid": MACHINE_PID,
-                        "ts": ts, "args": {"available": round(mem_available / 2**20, 1)}})
+            out.append(
+                {
+                    "name": "available memory (MiB)",
+                    "ph": "C",
+                    "pid": MACHINE_PID,
+                    "ts": ts,
+                    "args": {"available": round(mem_available / 2**20, 1)},
+                }
+            )
         if cpu_busy is not None:
-            out.append({"name": "CPU busy (% of all CPUs)", "ph": "C", "pid": MACHINE_PID,
-                        "ts": ts, "args": {"busy": round(cpu_busy, 2)}})
+            out.append(
+                {
+                    "name": "CPU busy (% of all CPUs)",
+                    "ph": "C",
+                    "pid": MACHINE_PID,
+                    "ts": ts,
+                    "args": {"busy": round(cpu_busy, 2)},
+                }
+            )
     # Per-process CPU on the process's own track: only those the events named.
     for t, pid, _state, cpu in sorted(trace.get("processes") or [], key=lambda p: p[0]):
         if cpu is None or (pid not in worker_of_pid and pid not in main_pids):
             continue
-        out.append({"name": "CPU (% of a core)", "ph": "C", "pid": pid, "ts": _us(t),
-                    "args": {"cpu": round(cpu, 2)}})
+        out.append(
+            {
+                "name": "CPU (% of a core)",
+                "ph": "C",
+                "pid": pid,
+                "ts": _us(t),
+                "args": {"cpu": round(cpu, 2)},
+            }
+        )
     return out
 
 

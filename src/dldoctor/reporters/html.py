@@ -70,7 +70,9 @@ def render(report) -> str:
                 div_id=fig_id,
                 config={"displaylogo": False, "responsive": True},
             )
-            note_html = f'<p class="note">{note}</p>' if note else ""  # notes are this module's own HTML
+            note_html = (
+                f'<p class="note">{note}</p>' if note else ""
+            )  # notes are this module's own HTML
             chart_html.append(
                 f'<div class="chart" data-title="{html.escape(title)}">{div}{note_html}</div>'
             )
@@ -117,7 +119,7 @@ def _header(report) -> str:
         sub.append(", ".join(facts))
     healthy_text = " — the DataLoader keeps up with the consumer" if v == "healthy" else ""
     return (
-        '<header><h1>dldoctor report</h1>'
+        "<header><h1>dldoctor report</h1>"
         f'<div class="verdict {cls}" id="verdict">verdict: <b>{html.escape(v)}</b>'
         f"{healthy_text}</div>"
         f'<div class="sub">{" · ".join(sub)}</div></header>'
@@ -159,7 +161,9 @@ def _findings(report) -> str:
                 f'<div class="row fix"><span class="lbl">Fix</span>{html.escape(f["fix"])}</div>'
             )
         if f.get("why"):
-            parts.append(f'<div class="row"><span class="lbl">Why</span>{html.escape(f["why"])}</div>')
+            parts.append(
+                f'<div class="row"><span class="lbl">Why</span>{html.escape(f["why"])}</div>'
+            )
         parts.append("</div>")
         out.append("".join(parts))
     return "\n".join(out)
@@ -168,7 +172,9 @@ def _findings(report) -> str:
 def _loaders(report) -> str:
     if not report.loaders:
         return ""
-    head = "".join(f"<th>loader {html.escape(str(ld.get('id', '?')))}</th>" for ld in report.loaders)
+    head = "".join(
+        f"<th>loader {html.escape(str(ld.get('id', '?')))}</th>" for ld in report.loaders
+    )
     rows = []
     for header, key, spec in _LOADER_COLUMNS[1:]:
         cells = []
@@ -284,18 +290,32 @@ def _charts(report, go) -> list[tuple[str, list]]:
     if loaders:
         fig = go.Figure()
         for ld in loaders:
-            fig.add_trace(go.Scatter(x=t, y=ld["batches_per_s"], name=f"loader {ld['loader']}", **line))
+            fig.add_trace(
+                go.Scatter(x=t, y=ld["batches_per_s"], name=f"loader {ld['loader']}", **line)
+            )
         _layout(fig, "Batches per second (handed to the training loop)", "batches/s")
         loop.append(("chart-batches", "batches/s", fig, None))
     stalls = [ld for ld in s.get("loaders") or [] if _has(ld.get("data_stall_pct"))]
     if stalls:
         fig = go.Figure()
         for ld in stalls:
-            fig.add_trace(go.Scatter(x=t, y=ld["data_stall_pct"], name=f"loader {ld['loader']}", **line))
-        _layout(fig, "Data stall: share of the loop the main process waits for a batch", "%",
-                yaxis_range=[0, 100])
-        loop.append(("chart-stall", "data stall", fig,
-                     "Below ~5% the loader keeps up; the training step is the limit."))
+            fig.add_trace(
+                go.Scatter(x=t, y=ld["data_stall_pct"], name=f"loader {ld['loader']}", **line)
+            )
+        _layout(
+            fig,
+            "Data stall: share of the loop the main process waits for a batch",
+            "%",
+            yaxis_range=[0, 100],
+        )
+        loop.append(
+            (
+                "chart-stall",
+                "data stall",
+                fig,
+                "Below ~5% the loader keeps up; the training step is the limit.",
+            )
+        )
     if loop:
         sections.append(("The training loop", loop))
 
@@ -316,23 +336,43 @@ def _charts(report, go) -> list[tuple[str, list]]:
             f'<span class="swatch" style="background:{color}"></span>{letter} {name}'
             for letter, name, color in STATES[:5]
         )
-        per_worker.append(("chart-state", "state", _state_heatmap(go, t, states),
-                           f"{legend}<br>A worker that should be computing but sleeps is waiting "
-                           "on something: storage, a lock, the queue."))
+        per_worker.append(
+            (
+                "chart-state",
+                "state",
+                _state_heatmap(go, t, states),
+                f"{legend}<br>A worker that should be computing but sleeps is waiting "
+                "on something: storage, a lock, the queue.",
+            )
+        )
     runq = [p for p in ordered if _has(p.get("runq_delay_pct"))]
     if runq:
         fig = go.Figure()
         for p in runq:
             fig.add_trace(go.Scatter(x=t, y=p["runq_delay_pct"], name=_proc_label(p), **line))
         _layout(fig, "Run-queue delay: time runnable but waiting for a CPU", "% of wall time")
-        per_worker.append(("chart-runq", "run-queue delay", fig,
-                           "High delay with many workers means they queue for too few cores."))
+        per_worker.append(
+            (
+                "chart-runq",
+                "run-queue delay",
+                fig,
+                "High delay with many workers means they queue for too few cores.",
+            )
+        )
     getitem = [p for p in ordered if _has(p.get("getitem_ms"))]
     if getitem:
         fig = go.Figure()
         for p in getitem:
-            fig.add_trace(go.Scatter(x=t, y=p["getitem_ms"], name=_proc_label(p),
-                                     mode="lines+markers", marker={"size": 4}, connectgaps=True))
+            fig.add_trace(
+                go.Scatter(
+                    x=t,
+                    y=p["getitem_ms"],
+                    name=_proc_label(p),
+                    mode="lines+markers",
+                    marker={"size": 4},
+                    connectgaps=True,
+                )
+            )
         _layout(fig, "__getitem__ time per sample over the run", "ms per sample")
         per_worker.append(("chart-getitem-time", "getitem over time", fig, None))
     if per_worker:
@@ -343,17 +383,27 @@ def _charts(report, go) -> list[tuple[str, list]]:
     if boxes:
         fig = go.Figure()
         for p in boxes:
-            fig.add_trace(go.Box(y=p["getitem_ms_sample"], name=_proc_label(p), boxpoints="outliers"))
+            fig.add_trace(
+                go.Box(y=p["getitem_ms_sample"], name=_proc_label(p), boxpoints="outliers")
+            )
         _layout(fig, "__getitem__ per sample, by worker", "ms per sample", showlegend=False)
         fig.update_layout(xaxis_title=None, hovermode="closest")
-        dist.append(("chart-getitem-dist", "getitem distribution", fig,
-                     "A uniform sample of each worker's batches; one worker far above the "
-                     "others is a straggler."))
+        dist.append(
+            (
+                "chart-getitem-dist",
+                "getitem distribution",
+                fig,
+                "A uniform sample of each worker's batches; one worker far above the "
+                "others is a straggler.",
+            )
+        )
     cboxes = [p for p in ordered if p.get("collate_ms_sample")]
     if cboxes:
         fig = go.Figure()
         for p in cboxes:
-            fig.add_trace(go.Box(y=p["collate_ms_sample"], name=_proc_label(p), boxpoints="outliers"))
+            fig.add_trace(
+                go.Box(y=p["collate_ms_sample"], name=_proc_label(p), boxpoints="outliers")
+            )
         _layout(fig, "collate_fn per batch, by worker", "ms per batch", showlegend=False)
         fig.update_layout(xaxis_title=None, hovermode="closest")
         dist.append(("chart-collate-dist", "collate distribution", fig, None))
@@ -365,14 +415,29 @@ def _charts(report, go) -> list[tuple[str, list]]:
     shm = m.get("shm_used_bytes")
     if _has(shm):
         fig = go.Figure()
-        fig.add_trace(go.Scatter(x=t, y=[_mib(v) for v in shm], name="used", fill="tozeroy", **line))
+        fig.add_trace(
+            go.Scatter(x=t, y=[_mib(v) for v in shm], name="used", fill="tozeroy", **line)
+        )
         total = m.get("shm_total_bytes") or (report.system or {}).get("shm_total_bytes")
         if total:
-            fig.add_trace(go.Scatter(x=[t[0], t[-1]], y=[_mib(total)] * 2, name="size",
-                                     mode="lines", line={"dash": "dash", "color": "#c62828"}))
+            fig.add_trace(
+                go.Scatter(
+                    x=[t[0], t[-1]],
+                    y=[_mib(total)] * 2,
+                    name="size",
+                    mode="lines",
+                    line={"dash": "dash", "color": "#c62828"},
+                )
+            )
         _layout(fig, "Shared memory (/dev/shm): used against its size", "MiB")
-        machine.append(("chart-shm", "shm", fig,
-                        "Batches from workers pass through /dev/shm; at its size they fail (SIGBUS)."))
+        machine.append(
+            (
+                "chart-shm",
+                "shm",
+                fig,
+                "Batches from workers pass through /dev/shm; at its size they fail (SIGBUS).",
+            )
+        )
     mem = m.get("mem_available_bytes")
     if _has(mem):
         fig = go.Figure()
@@ -384,8 +449,15 @@ def _charts(report, go) -> list[tuple[str, list]]:
         fig = go.Figure()
         fig.add_trace(go.Scatter(x=t, y=reads, name="from storage (read_bytes)", **line))
         if _has(m.get("rchar_mb_per_s")):
-            fig.add_trace(go.Scatter(x=t, y=m["rchar_mb_per_s"], name="all reads, page cache included (rchar)",
-                                     mode="lines", line={"width": 1.2, "dash": "dot"}))
+            fig.add_trace(
+                go.Scatter(
+                    x=t,
+                    y=m["rchar_mb_per_s"],
+                    name="all reads, page cache included (rchar)",
+                    mode="lines",
+                    line={"width": 1.2, "dash": "dot"},
+                )
+            )
         _layout(fig, "Reads of the job's processes", "MB/s")
         machine.append(("chart-reads", "reads", fig, None))
     busy = m.get("cpu_busy_pct")
@@ -405,7 +477,12 @@ def _state_heatmap(go, t, procs):
     for p in procs:
         st = (p.get("state") or "").ljust(len(t))[: len(t)]
         z.append([None if c == " " else codes.get(c, codes["?"]) for c in st])
-        text.append([dict((s[0], s[1]) for s in STATES).get(c, c) if c != " " else "not sampled" for c in st])
+        text.append(
+            [
+                dict((s[0], s[1]) for s in STATES).get(c, c) if c != " " else "not sampled"
+                for c in st
+            ]
+        )
     n = len(STATES)
     # A stepwise colorscale: one flat band per state code.
     scale = []
@@ -427,8 +504,12 @@ def _state_heatmap(go, t, procs):
             ygap=2,
         )
     )
-    _layout(fig, "Process state (R running, S sleeping, D waiting on I/O)", "",
-            height=120 + 28 * len(procs))
+    _layout(
+        fig,
+        "Process state (R running, S sleeping, D waiting on I/O)",
+        "",
+        height=120 + 28 * len(procs),
+    )
     fig.update_layout(hovermode="closest")
     return fig
 
@@ -514,4 +595,3 @@ _PAGE = """<!DOCTYPE html>
 </body>
 </html>
 """
-
