@@ -827,7 +827,7 @@ def _emit_iter_start(st: _IterState, loader, multiprocess: bool) -> None:
         batches_per_epoch=batches_per_epoch,
         main_pid=os.getpid(),
         threads=_thread_facts(),
-        **_failure_hooks.iter_start_facts(),
+        **_failure_hooks.iter_start_facts(st.epoch == 1),
     )
 
 
