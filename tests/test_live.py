@@ -165,3 +165,42 @@ def test_live_without_a_terminal_goes_on_without_it(tmp_path):
     assert "--live needs a terminal" in p.stderr
     assert "batches:" in p.stdout  # the job's output is untouched
     assert os.path.exists(report)
+
+
+def test_live_panel_and_hang_report_share_the_terminal(tmux, tmp_path):
+    """The hang doctor's report prints above the panel (no stale frame left in the
+    scrollback), the panel goes on and says HANG, and Ctrl-C still ends it all cleanly."""
+    report = str(tmp_path / "hang.json")
+    done = str(tmp_path / "done")
+    job = scenario("getitem_hang", "--seconds", "120")
+    cmd = [
+        sys.executable,
+        "-m",
+        "dldoctor",
+        "run",
+        "--live",
+        "--hang-timeout",
+        "3",
+        "--json",
+        report,
+        "--",
+        *job,
+    ]
+    tmux.type(f"{shlex.join(cmd)}; echo exit=$? > {done}")
+    end = time.monotonic() + 60
+    while time.monotonic() < end and "still waiting" not in tmux.history():
+        time.sleep(0.3)
+    time.sleep(1.5)  # a few more frames after the hang report
+    hist = tmux.history()
+    assert "still waiting" in hist, hist
+    lines = hist.splitlines()
+    verdicts = [ln for ln in lines if "dldoctor verdict: worker_hang" in ln]
+    assert verdicts and all(ln.startswith("dldoctor verdict") for ln in verdicts), verdicts
+    assert sum("dldoctor live" in ln for ln in lines) == 1, hist  # one panel, at the bottom
+    assert "HANG" in tmux.screen()
+    tmux.keys("C-c")
+    assert tmux.wait_file(done, 60), tmux.screen()
+    with open(done) as f:
+        assert f.read().strip() == "exit=130"
+    assert tmux.cursor_visible()
+    assert "dldoctor live" not in tmux.screen()

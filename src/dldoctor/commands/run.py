@@ -237,7 +237,12 @@ class JobRun:
                 except subprocess.TimeoutExpired:
                     continue
         else:
-            terminal.print_report(report)
+            if self.live is not None:
+                # A console of its own would write past the live panel (rich unwraps the
+                # panel's stderr proxy): print through the panel's console, above it.
+                self.live.console.print(terminal.renderable(report))
+            else:
+                terminal.print_report(report)
             print("dldoctor: still waiting (--on-hang report); Ctrl-C to stop", file=sys.stderr)
 
     def _wait(self, watcher) -> int:
