@@ -260,6 +260,8 @@ def series_section(series: dict) -> dict:
             return {k: r(x) for k, x in v.items()}
         return v
 
+    if not series.get("t_s"):
+        return {}  # nothing was sampled (the job ended at once): no empty arrays in the JSON
     return r(series)
 
 
