@@ -205,19 +205,20 @@ def _hang(report) -> str:
     out.append("</p>")
     procs = list(snap.get("processes") or [])
     # The stuck worker first: workers before the main process, blocked before running.
-    procs.sort(key=lambda p: (p.get("worker", -1) < 0, p.get("state") == "R"))
+    procs.sort(key=lambda p: (_worker_id(p) < 0, p.get("state") == "R"))
     for p in procs:
         out.append(_process_capture(p))
     out.append("</div>")
     return "".join(out)
 
 
+def _worker_id(p: dict) -> int:
+    w = p.get("worker")
+    return w if isinstance(w, int) else -1
+
+
 def _process_capture(p: dict) -> str:
-    who = (
-        f"loader {p.get('loader')} worker {p.get('worker')}"
-        if (p.get("worker") if p.get("worker") is not None else -1) >= 0
-        else "main process"
-    )
+    who = f"loader {p.get('loader')} worker {p['worker']}" if _worker_id(p) >= 0 else "main process"
     facts = [f"pid {p.get('pid')}"]
     for key, label in (("state", "state"), ("wchan", "wchan"), ("syscall", "syscall")):
         if p.get(key):
