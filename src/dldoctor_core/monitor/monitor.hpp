@@ -105,7 +105,7 @@ class Monitor {
 
   /// The sampler's whole CPU budget, % of one core (DESIGN.md section 6).
   static constexpr double kSamplerBudgetPct = 1.0;
-  /// Worker pids whose pools are read at most (a maps read is ~1 ms).
+  /// Worker pids whose pools are read at most (maps and environ: ~0.4 ms a worker).
   static constexpr size_t kMaxProbed = 4096;
   std::unordered_set<int> probed_;  // pids whose pools were read; sampler thread only
 
