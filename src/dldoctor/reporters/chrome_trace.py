@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import sys
 from collections import defaultdict
 
 from ..errors import DldoctorError
@@ -25,6 +26,9 @@ B_PROFILED = 1
 MACHINE_PID = 1 << 30
 MAIN_LOOP_TID = 1 << 24  # + loader id: the main process's wait/step track of a loader
 MAIN_FETCH_TID = 2 << 24  # + loader id: fetches in the main process (num_workers=0)
+# A trace this large takes seconds to write (~15 s for a million records): show progress.
+PROGRESS_ABOVE = 100_000
+PROGRESS_EVERY = 10_000
 END_REASONS = {0: "exhausted", 1: "shut down early", 2: "creation failed"}
 
 
@@ -56,43 +60,109 @@ class _Epochs:
 
 def build(trace: dict, report=None) -> dict:
     """The trace as a dict in the trace event format (JSON object form)."""
+    other, events = _stream(trace, report)
+    return {"traceEvents": list(events), "displayTimeUnit": "ms", "otherData": other}
+
+
+def _stream(trace: dict, report=None, on_records=None):
+    """(otherData, an iterator of trace events): a million records become a few million
+    trace events, so they are made one at a time as they are written."""
     raw = sorted(trace.get("events") or [], key=lambda e: e[2])
-    out: list[dict] = []
     names: dict[tuple[int, int | None], str] = {}  # (pid, tid or None) -> name
     sort_index: dict[int, int] = {}
     epochs = _Epochs()
-    main_pids: dict[int, int] = {}  # loader -> main pid
     worker_of_pid: dict[int, tuple[int, int]] = {}
+    main_pids: set[int] = set()
 
+    # First pass: who is who, and the epochs, so every track is named up front.
     for kind, pid, t, _flags, loader, worker, _index, _count, _v0, v1, _v2, v3 in raw:
         if kind == K_ITER_START:
             epochs.add(loader, t, v3)
             if v1 > 0:
-                main_pids[loader] = v1
+                main_pids.add(v1)
+                names[(v1, MAIN_LOOP_TID + loader)] = f"loader {loader}: wait / step"
         elif kind in (K_WORKER_START, K_WORKER_BATCH) and worker >= 0:
             worker_of_pid[pid] = (loader, worker)
+        elif kind == K_WORKER_BATCH:  # the main process fetched it itself (num_workers=0)
+            main_pids.add(pid)
+            names[(pid, MAIN_FETCH_TID + loader)] = f"loader {loader}: fetch (num_workers=0)"
+        elif kind == K_MAIN_BATCH:
+            main_pids.add(pid)
+            names.setdefault((pid, MAIN_LOOP_TID + loader), f"loader {loader}: wait / step")
     epochs.finish()
-
     for pid, (loader, worker) in worker_of_pid.items():
         names[(pid, None)] = f"loader {loader} worker {worker} (pid {pid})"
         names[(pid, pid)] = f"worker {worker}: fetch"
         sort_index[pid] = 100 + loader * 1000 + worker
-    for loader, pid in main_pids.items():
+    for pid in main_pids:
         names[(pid, None)] = f"main process (pid {pid})"
-        names[(pid, MAIN_LOOP_TID + loader)] = f"loader {loader}: wait / step"
         sort_index[pid] = 0
+    if trace.get("machine"):
+        names[(MACHINE_PID, None)] = "machine"
 
-    for kind, pid, t, flags, loader, worker, index, count, v0, v1, v2, v3 in raw:
+    dropped = int(trace.get("dropped_events") or 0)
+    other = {
+        "tool": "dldoctor",
+        "clock": "CLOCK_MONOTONIC",
+        "events_kept": len(raw),
+        "events_dropped": dropped,
+        "counters_dropped": int(trace.get("dropped_counters") or 0),
+        "cut": bool(dropped),
+    }
+    if report is not None:
+        other.update(
+            verdict=report.verdict, command=report.command, tool_version=report.tool_version
+        )
+
+    def events():
+        yield from _metadata(names, sort_index)
+        yield from _spans(raw, epochs, on_records)
+        yield from _counters(trace, worker_of_pid, main_pids)
+        if dropped and raw:
+            yield {
+                "name": f"trace cut: {dropped} later events were not kept "
+                f"(cap {trace.get('max_events')})",
+                "ph": "i",
+                "s": "g",
+                "ts": _us(raw[-1][2]),
+                "pid": MACHINE_PID,
+                "tid": 0,
+            }
+
+    return other, events()
+
+
+def _metadata(names: dict, sort_index: dict):
+    for (pid, tid), name in names.items():
+        if tid is None:
+            yield {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}}
+            if pid in sort_index:
+                yield {
+                    "name": "process_sort_index",
+                    "ph": "M",
+                    "pid": pid,
+                    "args": {"sort_index": sort_index[pid]},
+                }
+        else:
+            yield {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": pid,
+                "tid": tid,
+                "args": {"name": name},
+            }
+
+
+def _spans(raw: list, epochs: _Epochs, on_records=None):
+    for n, (kind, pid, t, flags, loader, worker, index, count, v0, v1, v2, v3) in enumerate(raw):
+        if on_records is not None and n % PROGRESS_EVERY == 0:
+            on_records(n)
         epoch = epochs.of(loader, t)
         if kind == K_WORKER_BATCH:
             if v0 < 0:
                 continue
-            if worker >= 0:
-                tid = pid
-            else:  # the main process fetched it itself (num_workers=0)
-                tid = MAIN_FETCH_TID + loader
-                names.setdefault((pid, None), f"main process (pid {pid})")
-                names[(pid, tid)] = f"loader {loader}: fetch (num_workers=0)"
+            # A worker's own track, or the main process's fetch track (num_workers=0).
+            tid = pid if worker >= 0 else MAIN_FETCH_TID + loader
             args = {
                 "batch": index,
                 "loader": loader,
@@ -106,10 +176,10 @@ def build(trace: dict, report=None) -> dict:
                 args["bytes"] = v3
             if flags & B_PROFILED:
                 args["profiled"] = True
-            out.append(_span(f"fetch {index}", "fetch", pid, tid, t, v0, args))
+            yield (_span(f"fetch {index}", "fetch", pid, tid, t, v0, args))
             collate = v1 if 0 <= v1 <= v0 else 0
             # torch's fetch gets every sample, then collates them: getitem first.
-            out.append(
+            yield (
                 _span(
                     f"getitem {index}",
                     "getitem",
@@ -121,7 +191,7 @@ def build(trace: dict, report=None) -> dict:
                 )
             )
             if v1 >= 0:
-                out.append(
+                yield (
                     _span(
                         f"collate {index}",
                         "collate",
@@ -134,12 +204,10 @@ def build(trace: dict, report=None) -> dict:
                 )
         elif kind == K_MAIN_BATCH:
             tid = MAIN_LOOP_TID + loader
-            names.setdefault((pid, None), f"main process (pid {pid})")
-            names.setdefault((pid, tid), f"loader {loader}: wait / step")
             wait = max(v0, 0)
             if v1 >= 0:
                 # The consumer's step on the previous batch: from its hand-out to this ask.
-                out.append(
+                yield (
                     _span(
                         f"step {index - 1}",
                         "step",
@@ -153,10 +221,10 @@ def build(trace: dict, report=None) -> dict:
             args = {"batch": index, "loader": loader, "worker": worker, "epoch": epoch}
             if v2 >= 0:
                 args["pin_memory_ms"] = round(v2 / 1e6, 3)
-            out.append(_span(f"wait {index}", "wait", pid, tid, t, wait, args))
+            yield (_span(f"wait {index}", "wait", pid, tid, t, wait, args))
         elif kind == K_ITER_START:
             tid = MAIN_LOOP_TID + loader
-            out.append(
+            yield (
                 _instant(
                     f"epoch {v3} starts",
                     pid,
@@ -167,72 +235,25 @@ def build(trace: dict, report=None) -> dict:
             )
         elif kind == K_ITER_END:
             tid = MAIN_LOOP_TID + loader
-            out.append(
+            yield (
                 _instant(
                     f"epoch {v1} ends ({END_REASONS.get(v0, v0)})", pid, tid, t, {"batches": index}
                 )
             )
         elif kind == K_WORKER_START:
-            out.append(_instant("worker starts", pid, pid, t, {"worker": worker}))
+            yield (_instant("worker starts", pid, pid, t, {"worker": worker}))
         elif kind == K_WORKER_EXIT:
-            out.append(_instant("worker exits", pid, pid, t, {"batches": v0, "raised": bool(v1)}))
+            yield (_instant("worker exits", pid, pid, t, {"batches": v0, "raised": bool(v1)}))
         elif kind == K_WORKER_EXCEPTION:
-            out.append(_instant(f"exception in batch {index}", pid, pid, t, {"batch": index}))
+            yield (_instant(f"exception in batch {index}", pid, pid, t, {"batch": index}))
         elif kind == K_WORKER_DIED:
             tid = MAIN_LOOP_TID + loader
             how = f"signal {v1}" if v1 > 0 else f"exit code {v0}"
-            out.append(
+            yield (
                 _instant(
                     f"worker {worker} died ({how})", pid, tid, t, {"worker": worker, "pid": v2}
                 )
             )
-
-    out.extend(_counters(trace, worker_of_pid, set(main_pids.values()), names))
-
-    kept, dropped = len(raw), int(trace.get("dropped_events") or 0)
-    if dropped and raw:
-        out.append(
-            {
-                "name": f"trace cut: {dropped} later events were not kept "
-                f"(cap {trace.get('max_events')})",
-                "ph": "i",
-                "s": "g",
-                "ts": _us(raw[-1][2]),
-                "pid": MACHINE_PID,
-                "tid": 0,
-            }
-        )
-
-    meta: list[dict] = []
-    for (pid, tid), name in names.items():
-        if tid is None:
-            meta.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}})
-            if pid in sort_index:
-                meta.append(
-                    {
-                        "name": "process_sort_index",
-                        "ph": "M",
-                        "pid": pid,
-                        "args": {"sort_index": sort_index[pid]},
-                    }
-                )
-        else:
-            meta.append(
-                {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
-            )
-    other = {
-        "tool": "dldoctor",
-        "clock": "CLOCK_MONOTONIC",
-        "events_kept": kept,
-        "events_dropped": dropped,
-        "counters_dropped": int(trace.get("dropped_counters") or 0),
-        "cut": bool(dropped),
-    }
-    if report is not None:
-        other.update(
-            verdict=report.verdict, command=report.command, tool_version=report.tool_version
-        )
-    return {"traceEvents": meta + out, "displayTimeUnit": "ms", "otherData": other}
 
 
 def _span(name, cat, pid, tid, t_ns, dur_ns, args) -> dict:
@@ -260,22 +281,19 @@ def _instant(name, pid, tid, t_ns, args) -> dict:
     }
 
 
-def _counters(trace: dict, worker_of_pid: dict, main_pids: set, names: dict) -> list[dict]:
-    out = []
+def _counters(trace: dict, worker_of_pid: dict, main_pids: set):
     machine = sorted(trace.get("machine") or [], key=lambda m: m[0])
-    if machine:
-        names[(MACHINE_PID, None)] = "machine"
     for t, cpu_busy, shm_used, shm_total, mem_available in machine:
         ts = _us(t)
         if shm_used is not None:
             args = {"used": round(shm_used / 2**20, 3)}
             if shm_total is not None:
                 args["free"] = round((shm_total - shm_used) / 2**20, 3)
-            out.append(
+            yield (
                 {"name": "/dev/shm (MiB)", "ph": "C", "pid": MACHINE_PID, "ts": ts, "args": args}
             )
         if mem_available is not None:
-            out.append(
+            yield (
                 {
                     "name": "available memory (MiB)",
                     "ph": "C",
@@ -285,7 +303,7 @@ def _counters(trace: dict, worker_of_pid: dict, main_pids: set, names: dict) -> 
                 }
             )
         if cpu_busy is not None:
-            out.append(
+            yield (
                 {
                     "name": "CPU busy (% of all CPUs)",
                     "ph": "C",
@@ -298,7 +316,7 @@ def _counters(trace: dict, worker_of_pid: dict, main_pids: set, names: dict) -> 
     for t, pid, _state, cpu in sorted(trace.get("processes") or [], key=lambda p: p[0]):
         if cpu is None or (pid not in worker_of_pid and pid not in main_pids):
             continue
-        out.append(
+        yield (
             {
                 "name": "CPU (% of a core)",
                 "ph": "C",
@@ -307,30 +325,42 @@ def _counters(trace: dict, worker_of_pid: dict, main_pids: set, names: dict) -> 
                 "args": {"cpu": round(cpu, 2)},
             }
         )
-    return out
 
 
 def write(path: str, trace: dict | None, report=None) -> None:
-    """Writes the trace to `path` ('-' for stdout)."""
+    """Writes the trace to `path` ('-' for stdout), one event per line, as it is made."""
     if trace is None:
         raise DldoctorError("no trace was recorded (the monitor kept no events)")
-    doc = build(trace, report)
+    total = len(trace.get("events") or [])
+    progress = None
+    if total > PROGRESS_ABOVE and path != "-" and sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import Progress
+
+        progress = Progress(console=Console(file=sys.stderr), transient=True)
+        task = progress.add_task(f"dldoctor: writing the trace ({total:,} records)", total=total)
+        progress.start()
+    on_records = (lambda n: progress.update(task, completed=n)) if progress else None
+    other, events = _stream(trace, report, on_records)
     try:
         if path == "-":
-            import sys
-
-            json.dump(doc, sys.stdout, separators=(",", ":"))
-            sys.stdout.write("\n")
+            _dump(sys.stdout, other, events)
             return
         with open(path, "w", encoding="utf-8") as f:
-            # One event per line: a large trace stays greppable and diffable.
-            f.write('{"displayTimeUnit":"ms","otherData":')
-            json.dump(doc["otherData"], f, separators=(",", ":"))
-            f.write(',"traceEvents":[\n')
-            events = doc["traceEvents"]
-            for i, e in enumerate(events):
-                f.write(json.dumps(e, separators=(",", ":")))
-                f.write(",\n" if i + 1 < len(events) else "\n")
-            f.write("]}\n")
+            _dump(f, other, events)
     except OSError as e:
         raise DldoctorError(f"cannot write the trace to {path}: {e.strerror}") from None
+    finally:
+        if progress is not None:
+            progress.stop()
+
+
+def _dump(f, other: dict, events) -> None:
+    # One event per line: a large trace stays greppable, and nothing holds it all in memory.
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    f.write('{"displayTimeUnit":"ms","otherData":' + dumps(other) + ',"traceEvents":[')
+    sep = "\n"
+    for e in events:
+        f.write(sep + dumps(e))
+        sep = ",\n"
+    f.write("\n]}\n")
