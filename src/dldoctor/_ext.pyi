@@ -1,0 +1,317 @@
+"""dldoctor's C++ core (glue only)"""
+
+from collections.abc import Sequence
+
+
+class CoreError(Exception):
+    pass
+
+def collect_facts(shm_path: str = '/dev/shm', proc_root: str = '/proc', sys_root: str = '/sys', root: str = '/') -> dict:
+    """
+    Facts about this process's machine as nested dicts (cpu, memory, shm, limits, container, pressure); None where a source could not be read. The roots are for tests.
+    """
+
+def probe_storage(path: str, max_seconds: float = 2.0, max_files: int = 100000) -> dict:
+    """
+    The storage behind a data directory: filesystem, disk, a bounded file count and a page-cache-bypassing read probe. Raises CoreError when the path is missing.
+    """
+
+class Sampler:
+    """
+    Samples a process tree from /proc on its own thread (never holding the GIL). Snapshots are dicts; unknown values are None.
+    """
+
+    def __init__(self, root_pid: int, interval_s: float = 0.1, smaps_every: int = 10, threads: bool = False, capacity: int = 600, smaps_budget_pct: float = 0.05, total_budget_pct: float = 0.0) -> None: ...
+
+    def add_root(self, pid: int) -> None:
+        """Also sample pid and its descendants."""
+
+    def start(self) -> None:
+        """Start the sampling thread (no-op when running)."""
+
+    def stop(self) -> None:
+        """Stop and join the sampling thread."""
+
+    @property
+    def running(self) -> bool: ...
+
+    def sample_once(self) -> dict:
+        """Take one pass now and return it."""
+
+    def latest(self) -> object:
+        """The newest snapshot, or None before the first pass."""
+
+    def history(self, max: int = 0) -> list:
+        """The newest max snapshots (all kept when 0), oldest first."""
+
+    @property
+    def samples_taken(self) -> int: ...
+
+    @property
+    def cost_ns_total(self) -> int: ...
+
+    def __enter__(self) -> Sampler: ...
+
+    def __exit__(self, exc_type: object | None, exc: object | None, tb: object | None) -> None: ...
+
+class EventRing:
+    """The shared-memory event ring (many writers, one reader)."""
+
+    @staticmethod
+    def create(path: str, capacity: int = 65536) -> EventRing:
+        """Create the ring file at path (it must not exist) with capacity slots."""
+
+    @staticmethod
+    def open(path: str) -> EventRing:
+        """Map an existing ring file."""
+
+    def drain(self, max: int = 0) -> list:
+        """
+        Committed events in order, as tuples (kind, pid, t_ns, flags, loader, worker, index, count, v0, v1, v2, v3); max=0 takes all.
+        """
+
+    def emit(self, kind: int, loader: int = 0, worker: int = -1, index: int = -1, count: int = 0, t_ns: int = 0, v0: int = 0, v1: int = 0, v2: int = 0, v3: int = 0, flags: int = 0) -> bool:
+        """Append one event through this mapping (t_ns=0: now). False when full."""
+
+    def next_loader_id(self) -> int: ...
+
+    def set_stall_timeout(self, seconds: float) -> None:
+        """How long to wait for a reserved slot before skipping it as lost."""
+
+    @property
+    def dropped(self) -> int: ...
+
+    @property
+    def lost(self) -> int: ...
+
+    @property
+    def pending(self) -> int: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def watcher_pid(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def close(self) -> None:
+        """Unmap the ring now (the file stays)."""
+
+    def __enter__(self) -> EventRing: ...
+
+    def __exit__(self, *args) -> None: ...
+
+def trace_open(path: str) -> bool:
+    """
+    Open the ring this process writes to (once per process; forked children inherit it). Raises CoreError with one line when the file is not a usable ring.
+    """
+
+def trace_emit(kind: int, loader: int, worker: int, index: int, count: int, t_ns: int, v0: int = 0, v1: int = 0, v2: int = 0, v3: int = 0, flags: int = 0) -> bool:
+    """
+    Record one event from this process (t_ns=0: now). False when no ring is open or it is full; never raises.
+    """
+
+def trace_next_loader_id() -> int:
+    """A loader id unique across the job's processes; 0 when no ring is open."""
+
+def trace_active() -> bool: ...
+
+def trace_path() -> str: ...
+
+def trace_pid() -> int:
+    """The pid events from this process carry."""
+
+def trace_close() -> None:
+    """Stop writing (tests and uninstall)."""
+
+def monotonic_ns() -> int:
+    """CLOCK_MONOTONIC in ns (the clock of every event)."""
+
+def thread_cpu_ns() -> int:
+    """CPU time of the calling thread in ns."""
+
+class Analyzer:
+    """
+    The streaming analyzer of one job: feed it events and sampler passes, ask for findings over the last ~10 s or the whole run.
+    """
+
+    def __init__(self) -> None: ...
+
+    def set_facts_dict(self, facts: object) -> None:
+        """
+        Machine facts as collect_facts() returns them (missing keys are unknown); a 'storage' key (probe_storage()'s dict) also sets the data storage.
+        """
+
+    def set_data_storage_dict(self, storage: object) -> None:
+        """The storage behind the dataset, as probe_storage() returns it."""
+
+    def ingest_event(self, event: object) -> None:
+        """
+        One event: (kind, pid, t_ns, flags, loader, worker, index, count, v0, v1, v2, v3).
+        """
+
+    def ingest_events(self, events: object) -> None:
+        """Many events (an iterable of 12-tuples)."""
+
+    def ingest_snapshot(self, snapshot: object) -> None:
+        """One sampler pass as a dict (None = unknown)."""
+
+    def note_worker_pid(self, loader: int, worker: int, pid: int, t_ns: int = 0) -> None:
+        """
+        Registers pid as worker `worker` of `loader` (kWorkerStart events do this).
+        """
+
+    def add_hot_functions(self, loader: int, functions: object) -> None:
+        """
+        Hot functions of a loader's fetch from sampled profiles: dicts with name, location (or file and line), cumulative_ms, self_ms, calls. Figures add up over calls.
+        """
+
+    def findings(self, now_ns: int = 0, whole_run: bool = True) -> list:
+        """
+        Findings as dicts, most important first: over the whole run, or (whole_run=False) over the ~10 s before now_ns (0: the newest time seen).
+        """
+
+    def verdict(self, findings: object) -> str:
+        """The id of the most important critical finding, else 'healthy'."""
+
+    def loaders(self) -> list:
+        """Per-loader whole-run figures as dicts, by loader id."""
+
+    @property
+    def latest_ns(self) -> int:
+        """Newest timestamp seen (0: none)."""
+
+    @property
+    def events(self) -> int:
+        """Events ingested so far."""
+
+def hang_stack_signal() -> int:
+    """
+    The signal the hooks register faulthandler on (torch_hooks.STACK_SIGNAL).
+    """
+
+def parse_faulthandler(text: str) -> list:
+    """
+    Parses faulthandler's all-threads output into [{thread_id, current, no_python_frame, elided, truncated, frames: [{file, line, function, code}]}], most recent call first.
+    """
+
+def probe_process(pid: int, threads: bool = True) -> dict:
+    """
+    Kernel view of a process: {pid, gone, state, comm, wchan, syscall, syscall_nr, cpu_ns, num_threads, exit_code, exit_signal, threads}; unknown fields are None, a vanished pid has gone=True and state 'gone'.
+    """
+
+def capture_stacks(pids: object, run_dir: str, signal: int = 58, wait_ms: int = 500) -> dict:
+    """
+    Sends `signal` to each pid that handles it and returns {pid: text appended to <run_dir>/stack-<pid>.txt} ('' when nothing came within wait_ms).
+    """
+
+def capture_stacks_detail(pids: object, run_dir: str, signal: int = 58, wait_ms: int = 500) -> dict:
+    """
+    As capture_stacks, with why a stack is missing: {pid: {text, note, gone}}.
+    """
+
+def classify_hang(snapshot: object, context: object | None = None) -> list:
+    """
+    The hang rules over a dict-shaped HangSnapshot ({t_ns, stalled_s, timeout_s, processes: [{pid, loader, worker, state, wchan, syscall, cpu_ns_since_stall, cpu_window_s, raw_stack | stacks, gone, exit_code, exit_signal, io_target}]}) and HangContext ({loaders: [{loader, num_workers, collate_fn, worker_init_fn, start_method, main_threads_at_fork, main_thread_names_at_fork, waiting_batch, waiting_worker, outstanding, batches_returned, timeout_s}]}) -> [finding dict].
+    """
+
+def default_hang_timeout_s(p99_inter_batch_ns: int | None = None) -> float:
+    """max(60 s, 10 x p99 gap between batches)."""
+
+class Watchdog:
+    """
+    The hang watchdog thread; `probe()` returns {loader_active, waiting, last_batch_ns, active_since_ns, processes: [{pid, loader, worker}], context}; `on_hang(snapshot, findings)` is called once per stall.
+    """
+
+    def __init__(self, probe: object, on_hang: object | None = None, run_dir: str = '', signal: int = 58, timeout_s: float | None = None, poll_s: float = 0.25, stack_wait_ms: int = 500, min_timeout_s: float = 60.0, p99_factor: float = 10.0) -> None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    def note_batch(self, t_ns: int) -> None: ...
+
+    def note_inter_batch_ns(self, ns: int) -> None: ...
+
+    def set_timeout_override(self, seconds: float | None) -> None: ...
+
+    @property
+    def timeout_s(self) -> float: ...
+
+    @property
+    def p99_inter_batch_ns(self) -> object: ...
+
+    @property
+    def hangs(self) -> int: ...
+
+    def check(self, now_ns: int) -> bool: ...
+
+    def last_snapshot(self) -> object: ...
+
+    def last_findings(self) -> list: ...
+
+class Monitor:
+    def __init__(self, ring_path: str, capacity: int = 65536, interval_s: float = 0.1, run_dir: str = '', hang_timeout_s: float | None = None, trace_max_events: int = 0) -> None: ...
+
+    def start(self, root_pid: int) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def set_facts(self, arg: object, /) -> None: ...
+
+    def set_data_storage(self, arg: object, /) -> None: ...
+
+    def add_hot_functions(self, arg0: int, arg1: object, /) -> None: ...
+
+    def note_failure(self, note: object) -> None:
+        """A failure note (dict with 'kind') from the side logs."""
+
+    def findings(self, whole_run: bool = True) -> list: ...
+
+    def loaders(self) -> list: ...
+
+    def note_dataset(self, arg0: int, arg1: object, /) -> None: ...
+
+    def note_slow_batch(self, arg0: int, arg1: object, /) -> None: ...
+
+    def note_torch_threads(self, arg0: int, arg1: int, /) -> None: ...
+
+    def set_loader_notes(self, loader: int, collate_fn: str = '', worker_init_fn: str = '', main_threads: int | None = None, main_thread_names: Sequence[str] = []) -> None: ...
+
+    def last_hang(self) -> object: ...
+
+    def series(self) -> dict:
+        """
+        The run over time: per loader, per worker and machine series (Report.series).
+        """
+
+    def live(self) -> dict:
+        """The figures of the last two seconds, for the live view."""
+
+    def trace_events(self) -> object:
+        """
+        Raw events and counters kept for --trace (None unless trace_max_events > 0).
+        """
+
+    @property
+    def hangs(self) -> int: ...
+
+    @property
+    def hang_timeout_s(self) -> float: ...
+
+    @property
+    def events_seen(self) -> int: ...
+
+    @property
+    def dropped(self) -> int: ...
+
+    @property
+    def last_batch_ns(self) -> int: ...
