@@ -180,7 +180,10 @@ SeriesData SeriesRecorder::data() const {
   d.processes_cut = procs_cut_;
   const size_t n = points_;
   auto start_of = [&](size_t i) { return t0_ns_ + int64_t(i) * width_ns_; };
-  auto end_of = [&](size_t i) { return std::min(start_of(i + 1), std::max(latest_ns_, start_of(i))); };
+  // The newest point ends at the newest time seen: its rates are over what it covers.
+  auto end_of = [&](size_t i) {
+    return std::min(start_of(i + 1), std::max(latest_ns_, start_of(i)));
+  };
   for (size_t i = 0; i < n; ++i) {
     d.t_s.push_back(double((start_of(i) + end_of(i)) / 2 - t0_ns_) / 1e9);
   }
