@@ -19,6 +19,9 @@ from .errors import DldoctorError
 
 RING_CAPACITY = 1 << 16  # 4 MiB of 64-byte events: ~10 s of a 6,000 batches/s worst case
 SAMPLE_INTERVAL_S = 0.1  # DESIGN.md section 3: every 100 ms
+# The streaming verdict is asked for once a second: the recent window is 10 s long, so a
+# faster look sees nothing new and costs the watcher CPU (findings() takes the analyzer lock).
+NAMED_EVERY_NS = 1_000_000_000
 INJECT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_inject")
 
 
@@ -86,6 +89,7 @@ class Watcher:
             trace_max_events=trace_max_events,
         )
         self._hangs_seen = 0
+        self._next_named_ns = 0
         self.side = SideLogTail(self.run_dir)
         self.failures = _failure_notes.FailureNotes(self.monitor, self.run_dir)
         self.side_records: list[dict] = []
@@ -155,6 +159,10 @@ class Watcher:
         """The first critical finding of the run, once: for an early one-line notice."""
         if self._first_named is not None:
             return None
+        now = time.monotonic_ns()
+        if now < self._next_named_ns:
+            return None
+        self._next_named_ns = now + NAMED_EVERY_NS
         verdict, top = self.streaming_verdict()
         if top is None or verdict in ("healthy", "unknown"):
             return None
