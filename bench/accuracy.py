@@ -140,17 +140,25 @@ def main() -> int:
           + (f"; not yet written: {', '.join(missing)}" if missing else ""), flush=True)
 
     results: dict[str, list[dict]] = {e["name"]: [] for e in entries}
-    n = 0
-    with tempfile.TemporaryDirectory(prefix="dldoctor-accuracy-") as tmp:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with tempfile.TemporaryDirectory(prefix="dldoctor-accuracy-") as tmp, Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as progress:
+        task = progress.add_task("runs", total=total)
         for rep in range(args.repeat):
             for e in entries:
-                n += 1
+                progress.update(task, description=f"{e['name']} #{rep + 1}")
                 res = run_one(e, tmp)
                 results[e["name"]].append(res)
                 detail = res.get("reason") or (
                     f"verdict {res['verdict']}, loud [{', '.join(res['loud'])}]")
-                print(f"[{n}/{total}] {e['name']} #{rep + 1}: {res['outcome']} "
-                      f"({detail}; {res['seconds']:.1f} s)", flush=True)
+                progress.console.print(f"{e['name']} #{rep + 1}: {res['outcome']} "
+                                       f"({detail}; {res['seconds']:.1f} s)")
+                progress.advance(task)
 
     # Per scenario: expected against what came out.
     rows = [["scenario", "expected", "ok", "verdicts", "warning/critical findings"]]
