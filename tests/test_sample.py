@@ -16,6 +16,7 @@ PROCESS_KEYS = {
     "voluntary_cs_per_s", "involuntary_cs_per_s", "rss_bytes", "pss_bytes",
     "private_dirty_bytes", "read_bytes_per_s", "rchar_per_s", "read_bytes_total", "rchar_total",
     "cpu_ns_total", "open_fds", "wchan", "threads", "minor_faults_per_s", "major_faults_per_s",
+    "active_threads", "smaps_fresh",
 }
 MACHINE_KEYS = {
     "cpu_busy_pct", "mem_available_bytes", "swap_in_per_s", "swap_out_per_s",
