@@ -157,7 +157,8 @@ def main() -> int:
                 detail = res.get("reason") or (
                     f"verdict {res['verdict']}, loud [{', '.join(res['loud'])}]")
                 progress.console.print(f"{e['name']} #{rep + 1}: {res['outcome']} "
-                                       f"({detail}; {res['seconds']:.1f} s)")
+                                       f"({detail}; {res['seconds']:.1f} s)",
+                                       markup=False, highlight=False)
                 progress.advance(task)
 
     # Per scenario: expected against what came out.
