@@ -37,6 +37,15 @@ std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) n
   return l.config.num_workers + int(*spare);
 }
 
+std::string no_cpu_for_more_workers(const JobView& job) {
+  auto usable = job.usable_cpus();
+  int total = 0;
+  for (const LoaderView& l : job.loaders) total += std::max(0, l.config.num_workers);
+  if (!usable) return "More workers would not help (no CPU is spare for them): ";
+  return "The " + num(*usable) + " usable CPU" + (*usable == 1 ? "" : "s") + " already run " +
+         count_of(total, "worker") + " and the main process, so more workers would not help: ";
+}
+
 void add_fetch_evidence(report::Finding& f, const JobView& job, const LoaderView& l,
                         const Shortfall& s) {
   f.add("data_stall_fraction", l.data_stall_fraction.value_or(0));

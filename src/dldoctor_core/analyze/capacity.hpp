@@ -64,6 +64,11 @@ std::optional<Shortfall> shortfall(const LoaderView& l) noexcept;
 /// empty when no CPU is spare, the CPUs are contended, or the usable count is unknown.
 std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) noexcept;
 
+/// The start of a fix when no CPU is spare for another worker: why more workers would not
+/// help, in the job's own numbers ("The 2 usable CPUs already run 1 worker and the main
+/// process, so more workers would not help: ").
+std::string no_cpu_for_more_workers(const JobView& job);
+
 /// The figures every fetch finding shows: stall, per-sample and per-batch times,
 /// capacity against demand, on-CPU share, CPUs and workers.
 void add_fetch_evidence(report::Finding& f, const JobView& job, const LoaderView& l,

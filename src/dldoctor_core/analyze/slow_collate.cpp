@@ -59,7 +59,7 @@ void rule_slow_collate(const JobView& job, std::vector<report::Finding>& out) {
                          cheaper_collate_advice(l)
                    : ", all the idle CPUs allow, and " + cheaper_collate_advice(l));
     } else {
-      f.fix = "Every usable CPU is already busy, so more workers would not help: " +
+      f.fix = no_cpu_for_more_workers(job) +
               cheaper_collate_advice(l);
     }
     f.why = "The main process waits " + num(stall * 100) +

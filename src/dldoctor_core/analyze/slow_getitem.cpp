@@ -72,8 +72,7 @@ void rule_slow_getitem(const JobView& job, std::vector<report::Finding>& out) {
                 " would be needed), and " + cheaper_getitem_advice(l);
       }
     } else {
-      f.fix = "Every usable CPU is already busy, so more workers would not help: " +
-              cheaper_getitem_advice(l);
+      f.fix = no_cpu_for_more_workers(job) + cheaper_getitem_advice(l);
     }
     f.why = "The main process waits " + num(stall * 100) +
             "% of the loop for batches while the workers " +
