@@ -65,6 +65,7 @@ class JobRun:
         self._old_handlers: dict = {}
         self._signals_seen = 0
         self.aborted = False
+        self._watch_broken = ""
         self.live = None  # reporters.live.LiveView with --live on a terminal
 
     # -- the job's process group and the terminal -----------------------------------------
@@ -158,7 +159,14 @@ class JobRun:
             code = self._wait(watcher)
             self._take_terminal_back()
             self._stop_live()
-            report = watcher.finish(command=self.cmd, exit_code=code)
+            try:
+                report = watcher.finish(command=self.cmd, exit_code=code)
+            except Exception as e:  # a dldoctor bug: one line, and the job's own exit code
+                print(
+                    f"dldoctor: error: could not build the report: {type(e).__name__}: {e}",
+                    file=sys.stderr,
+                )
+                return HANG_ABORT_EXIT if self.aborted else code
             if self.aborted:
                 report.notes.append(
                     f"dldoctor ended the job after the hang (--on-hang abort): exit {HANG_ABORT_EXIT}"
@@ -254,26 +262,37 @@ class JobRun:
                 break
             except subprocess.TimeoutExpired:
                 pass
-            watcher.poll()
-            if self.live is not None:
-                self.live.tick()
-            hang = watcher.new_hang()
-            if hang is not None:
-                self._on_hang(watcher)
-                continue
-            top = watcher.newly_named()
-            if top is not None and not self.args.quiet:
-                print(
-                    f"dldoctor: [{time.monotonic() - start:.1f} s] {top['id']}: {top['title']}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            for risk in watcher.new_risks():  # a failure coming: say it while there is time
-                if not self.args.quiet:
+            if self._watch_broken:
+                continue  # the analysis failed once: only wait for the job now
+            try:
+                watcher.poll()
+                if self.live is not None:
+                    self.live.tick()
+                hang = watcher.new_hang()
+                if hang is not None:
+                    self._on_hang(watcher)
+                    continue
+                top = watcher.newly_named()
+                if top is not None and not self.args.quiet:
                     print(
-                        f"dldoctor: [{time.monotonic() - start:.1f} s] warning, {risk['id']}: "
-                        f"{risk['title']}",
+                        f"dldoctor: [{time.monotonic() - start:.1f} s] {top['id']}: {top['title']}",
                         file=sys.stderr,
                         flush=True,
                     )
+                for risk in watcher.new_risks():  # a failure coming: say it while there is time
+                    if not self.args.quiet:
+                        print(
+                            f"dldoctor: [{time.monotonic() - start:.1f} s] warning, {risk['id']}: "
+                            f"{risk['title']}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+            except Exception as e:  # a dldoctor bug must never end or disturb the job
+                self._watch_broken = f"{type(e).__name__}: {e}"
+                print(
+                    f"dldoctor: the live analysis failed ({self._watch_broken}); "
+                    "the job goes on, the report may be partial",
+                    file=sys.stderr,
+                    flush=True,
+                )
         return rc if rc >= 0 else 128 - rc
