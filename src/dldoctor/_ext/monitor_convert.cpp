@@ -6,17 +6,13 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include "optional.hpp"
 
 namespace nb = nanobind;
 
 namespace dldoctor::ext {
 
 namespace {
-template <class T>
-nb::object opt(const std::optional<T>& v) {
-  return v ? nb::cast(*v) : nb::none();
-}
-
 nb::list opt_list(const std::vector<std::optional<double>>& v) {
   nb::list out;
   for (const auto& x : v) out.append(opt(x));

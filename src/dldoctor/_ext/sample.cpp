@@ -6,16 +6,12 @@
 #include "dldoctor_core/sample/sampler.hpp"
 #include "register.hpp"
 #include "sample_convert.hpp"
+#include "optional.hpp"
 
 namespace nb = nanobind;
 
 namespace dldoctor::ext {
 namespace {
-
-template <typename T>
-nb::object opt(const std::optional<T>& v) {
-  return v ? nb::cast(*v) : nb::none();
-}
 
 // comm is whatever bytes a process put there (prctl, argv[0]); never let it raise.
 nb::object text(const std::string& s) {

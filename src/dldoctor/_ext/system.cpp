@@ -6,17 +6,13 @@
 #include "dldoctor_core/system/collect.hpp"
 #include "dldoctor_core/system/storage.hpp"
 #include "register.hpp"
+#include "optional.hpp"
 
 namespace nb = nanobind;
 
 namespace dldoctor::ext {
 
 namespace {
-
-template <typename T>
-nb::object opt(const std::optional<T>& v) {
-  return v ? nb::cast(*v) : nb::none();
-}
 
 nb::dict to_dict(const system::CpuFacts& c) {
   nb::dict d;

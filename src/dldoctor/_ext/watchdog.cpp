@@ -21,6 +21,7 @@
 #include "dldoctor_core/watchdog/watchdog.hpp"
 #include "register.hpp"
 #include "watchdog_convert.hpp"
+#include "optional.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -35,12 +36,6 @@ namespace wd = dldoctor::watchdog;
 nb::object str_or_none(const std::string& s) {
   if (s.empty()) return nb::none();
   return nb::str(s.c_str(), s.size());
-}
-
-template <typename T>
-nb::object opt(const std::optional<T>& v) {
-  if (!v) return nb::none();
-  return nb::cast(*v);
 }
 
 nb::dict frame_dict(const wd::PyFrame& f) {
