@@ -21,6 +21,7 @@
 #include "dldoctor_core/watchdog/watchdog.hpp"
 #include "register.hpp"
 #include "watchdog_convert.hpp"
+#include "analyze_convert.hpp"
 #include "optional.hpp"
 
 namespace nb = nanobind;
@@ -127,29 +128,9 @@ nb::dict snapshot_dict(const wd::HangSnapshot& s) {
   return d;
 }
 
+// The same finding dicts as the analyzer's (loader None when the finding is about the job).
 nb::list findings_list(const std::vector<report::Finding>& findings) {
-  nb::list out;
-  for (const report::Finding& f : findings) {
-    nb::dict d;
-    d["id"] = f.id;
-    d["severity"] = report::severity_name(f.severity);
-    d["title"] = f.title;
-    nb::dict ev;
-    for (const report::Evidence& e : f.evidence) {
-      if (auto* x = std::get_if<double>(&e.value)) {
-        ev[e.name.c_str()] = *x;
-      } else {
-        ev[e.name.c_str()] = std::get<std::string>(e.value);
-      }
-    }
-    d["evidence"] = ev;
-    d["fix"] = f.fix;
-    d["why"] = f.why;
-    d["loader"] = f.loader;
-    d["score"] = f.score;
-    out.append(d);
-  }
-  return out;
+  return findings_to_list(findings);
 }
 
 // ---- Python -> C++ (bad shapes become one-line CoreErrors) ----------------------------------
