@@ -32,7 +32,8 @@ import tempfile
 import time
 import timeit
 
-from dldoctor import _ext, torch_hooks
+from dldoctor import _ext
+from dldoctor.job import hooks as torch_hooks
 
 EMIT_BUDGET_NS = 1000
 TINY_BUDGET = 0.98

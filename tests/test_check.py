@@ -15,7 +15,8 @@ import time
 import pytest
 
 from _faults import cpu_quota_cgroup, namespace_cmd, run, run_in_small_shm, taskset_cmd
-from dldoctor import _facts, _preflight
+from dldoctor.preflight import checks as _preflight
+from dldoctor.preflight import facts as _facts
 
 CHECK = [sys.executable, "-m", "dldoctor", "check"]
 

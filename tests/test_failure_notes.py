@@ -11,7 +11,10 @@ import textwrap
 
 import pytest
 
-from dldoctor import _ext, _failure_hooks, _failure_notes, _memcg
+from dldoctor import _ext
+from dldoctor.job import failures as _failure_hooks
+from dldoctor.job import memcg as _memcg
+from dldoctor.watcher import failure_notes as _failure_notes
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -144,7 +147,7 @@ def test_worker_stderr_copy_keeps_the_tail_and_passes_everything_on(tmp_path):
     code = textwrap.dedent(
         f"""
         import sys
-        from dldoctor import _failure_hooks
+        from dldoctor.job import failures as _failure_hooks
         _failure_hooks.worker_started({str(tmp_path)!r}, 1, 0)
         for i in range(2000):
             print("line", i, file=sys.stderr)

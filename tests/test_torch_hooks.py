@@ -21,7 +21,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import dldoctor  # noqa: E402
-from dldoctor import _ext, _sidelog, torch_hooks  # noqa: E402
+from dldoctor import _ext  # noqa: E402
+from dldoctor.job import hooks as torch_hooks  # noqa: E402
+from dldoctor.job import sidelog as _sidelog  # noqa: E402
 
 INJECT_DIR = Path(dldoctor.__file__).resolve().parent / "_inject"
 
@@ -144,7 +146,7 @@ JOB = textwrap.dedent(
             raise
 
     def scenario_stack(out):
-        from dldoctor import torch_hooks
+        from dldoctor.job import hooks as torch_hooks
         dl = DataLoader(StackDump(), batch_size=BS, num_workers=1, persistent_workers=True,
                         multiprocessing_context="fork")
         it = iter(dl)
@@ -496,7 +498,7 @@ def test_no_ring_configured_means_no_instrumentation(tmp_path):
     code = (
         "import sys, torch.utils.data.dataloader as d;"
         "print(hasattr(d._MultiProcessingDataLoaderIter._next_data, '__dldoctor_orig__'),"
-        " 'dldoctor.torch_hooks' in sys.modules)"
+        " 'dldoctor.job.hooks' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
@@ -620,7 +622,7 @@ def test_batch_bytes_walks_structures_and_dedups_storages():
 WATCH_STYLE_JOB = textwrap.dedent(
     r"""
     import os, sys
-    from dldoctor import torch_hooks
+    from dldoctor.job import hooks as torch_hooks
     assert torch_hooks.install(sys.argv[1], sys.argv[2])
     assert "torch" not in sys.modules  # hooked on import, as dldoctor.watch() may have to
     import torch

@@ -159,7 +159,7 @@ def frames(text: str) -> list[dict]:
 
 
 def test_stack_signal_is_the_hooks_signal():
-    from dldoctor import torch_hooks
+    from dldoctor.job import hooks as torch_hooks
 
     assert SIG == torch_hooks.STACK_SIGNAL
 

@@ -14,11 +14,11 @@ def __getattr__(name):
     # Lazy, so that `import dldoctor` (done by the injected sitecustomize in every process of
     # a watched job) costs nothing until the API is used.
     if name in ("watch", "profile"):
-        from . import _api
+        from . import api as _api
 
         return getattr(_api, name)
     if name == "Report":
-        from ._report import Report
+        from .report import Report
 
         return Report
     if name == "DldoctorError":

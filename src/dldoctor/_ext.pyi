@@ -192,7 +192,7 @@ class Analyzer:
 
 def hang_stack_signal() -> int:
     """
-    The signal the hooks register faulthandler on (torch_hooks.STACK_SIGNAL).
+    The signal the hooks register faulthandler on (job.hooks.STACK_SIGNAL).
     """
 
 def parse_faulthandler(text: str) -> list:

@@ -1,5 +1,5 @@
 // Glue for dldoctor_core/trace: the EventRing class (the watcher's reader side) and a
-// per-process writer used by torch_hooks on every batch, which must stay well under 1 µs.
+// per-process writer used by the job hooks on every batch, which must stay well under 1 µs.
 #include <pthread.h>
 #include <unistd.h>
 

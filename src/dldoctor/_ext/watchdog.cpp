@@ -445,7 +445,7 @@ nb::list hang_findings_to_list(const std::vector<report::Finding>& f) { return f
 
 void register_watchdog(nb::module_& m) {
   m.def("hang_stack_signal", &wd::default_stack_signal,
-        "The signal the hooks register faulthandler on (torch_hooks.STACK_SIGNAL).");
+        "The signal the hooks register faulthandler on (job.hooks.STACK_SIGNAL).");
 
   m.def(
       "parse_faulthandler",

@@ -67,7 +67,7 @@ def _dldoctor_inject():
     class DldoctorImportHook:
         """Instruments torch.utils.data.dataloader once it has executed; also makes this
         dldoctor importable in interpreters where it is not installed (spawned workers must
-        be able to unpickle dldoctor.torch_hooks._WorkerInit)."""
+        be able to unpickle dldoctor.job.hooks._WorkerInit)."""
 
         TARGET = "torch.utils.data.dataloader"
 
@@ -103,9 +103,9 @@ def _dldoctor_inject():
             def exec_and_patch(module):
                 exec_module(module)  # the user's import: its errors are theirs, unchanged
                 try:
-                    from dldoctor import torch_hooks
+                    from dldoctor.job import hooks
 
-                    torch_hooks.install()
+                    hooks.install()
                 except Exception as e:
                     note(f"instrumenting torch failed: {type(e).__name__}: {e}")
 

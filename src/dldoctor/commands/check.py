@@ -65,7 +65,8 @@ class Command:
         )
 
     def run(self, args) -> int:
-        from .. import _facts, _preflight
+        from ..preflight import checks as _preflight
+        from ..preflight import facts as _facts
 
         ranks = _ranks(args.ranks)
         batch_bytes = _size(args.batch_bytes) if args.batch_bytes else None
@@ -129,7 +130,7 @@ def _ranks(text: str | None) -> int:
 
 
 def _size(text: str) -> int:
-    from .._preflight import parse_size
+    from ..preflight.checks import parse_size
 
     try:
         n = parse_size(text)

@@ -12,7 +12,7 @@ class Command:
         parser.add_argument("--json", metavar="F", help="write the report again as JSON")
 
     def run(self, args) -> int:
-        from .._report import Report
+        from ..report import Report
         from ..reporters import terminal
 
         if args.html:

@@ -17,7 +17,7 @@ def format_value(value, unit: str, status: str = "") -> str:
     if value is None:
         return "unknown" if status == "unknown" else "-"
     if unit == "bytes" and isinstance(value, (int, float)):
-        from .._preflight import human_bytes
+        from ..preflight.checks import human_bytes
 
         return human_bytes(value)
     if isinstance(value, float):

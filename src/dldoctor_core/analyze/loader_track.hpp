@@ -34,7 +34,7 @@ struct LoaderConfig {
 };
 
 /// Bit of Event::flags on kWorkerBatch: the fetch ran under the sampling profiler and is
-/// about twice as slow as usual (torch_hooks.B_PROFILED). Such batches count, but their
+/// about twice as slow as usual (job.hooks.B_PROFILED). Such batches count, but their
 /// times would skew every fetch figure, so they are left out of them.
 inline constexpr uint8_t kProfiledFetch = 1 << 0;
 

@@ -43,7 +43,7 @@ inline constexpr int kStackWaitMs = 500;
 /// (a watchdog started late) waits this long before the capture, inside the 2 s budget.
 inline constexpr int64_t kMinCpuWindowNs = 500'000'000;
 
-/// The signal the hooks register faulthandler on (torch_hooks.STACK_SIGNAL, SIGRTMAX - 6):
+/// The signal the hooks register faulthandler on (job.hooks.STACK_SIGNAL, SIGRTMAX - 6):
 /// not SIGUSR2, which torch's c10 fatal-signal handler and preemption notices (SLURM,
 /// torchelastic) use. Both sides compute it the same way; a Python test pins them together.
 inline int default_stack_signal() noexcept { return SIGRTMAX - 6; }

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import time
 
-from . import _failure_hooks, _memcg
+from ..job import failures as _failure_hooks
+from ..job import memcg as _memcg
 
 CGROUP_EVERY_NS = 1_000_000_000  # how often the job's memory cgroup is read while it runs
 # How often the streaming findings are asked for warnings of a failure to come: the analysis
@@ -214,7 +215,7 @@ class FailureNotes:
 
 
 def _shm_fix(f: dict, facts: dict) -> str:
-    from . import _preflight
+    from ..preflight import checks as _preflight
 
     ev = f.get("evidence") or {}
     need = ev.get("shm_size_needed_bytes")

@@ -90,8 +90,14 @@ def _describe(name: str, v) -> dict | None:
             "python_objects": kind == "O",
         }
     if isinstance(v, (str, bytes, bytearray)) and len(v) >= MIN_BYTES:
-        return {"name": name, "type": type(v).__name__, "elements": len(v), "bytes": len(v),
-                "element_type": "", "python_objects": False}
+        return {
+            "name": name,
+            "type": type(v).__name__,
+            "elements": len(v),
+            "bytes": len(v),
+            "element_type": "",
+            "python_objects": False,
+        }
     return None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from ._report import Report
+from .report import Report
 
 _ENV_KEYS = ("PYTHONPATH", "DLDOCTOR_RING", "DLDOCTOR_RUN_DIR")
 
@@ -25,7 +25,7 @@ class Doctor:
     def report(self) -> Report:
         if self._final is not None:
             return self._final
-        from . import _report
+        from . import report as _report
 
         self._watcher.poll()
         findings = _report.sort_findings(self._watcher.monitor.findings(True))
@@ -40,8 +40,8 @@ class Doctor:
 @contextmanager
 def watch():
     """Watch every DataLoader iterated inside the block; `doc.report()` has the findings."""
-    from . import torch_hooks
-    from ._watcher import Watcher
+    from .job import hooks as torch_hooks
+    from .watcher.watcher import Watcher
 
     watcher = Watcher()
     saved = {k: os.environ.get(k) for k in _ENV_KEYS}

@@ -8,58 +8,23 @@ starts it, feeds it the rare side-log records, and turns its output into a Repor
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 import time
 
-from . import _failure_notes, _report
-from .errors import DldoctorError
+from .. import report as _report
+from ..errors import DldoctorError
+from . import failure_notes as _failure_notes
+from .sidelog_tail import SideLogTail
 
 RING_CAPACITY = 1 << 16  # 4 MiB of 64-byte events: ~10 s of a 6,000 batches/s worst case
 SAMPLE_INTERVAL_S = 0.1  # DESIGN.md section 3: every 100 ms
 # The streaming verdict is asked for once a second: the recent window is 10 s long, so a
 # faster look sees nothing new and costs the watcher CPU (findings() takes the analyzer lock).
 NAMED_EVERY_NS = 1_000_000_000
-INJECT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_inject")
-
-
-class SideLogTail:
-    """Reads the per-process JSON-lines side logs incrementally (rare records only)."""
-
-    def __init__(self, run_dir: str):
-        self.run_dir = run_dir
-        self._offsets: dict[str, int] = {}
-        self._partial: dict[str, str] = {}
-
-    def poll(self) -> list[dict]:
-        out: list[dict] = []
-        try:
-            names = sorted(n for n in os.listdir(self.run_dir) if n.startswith("side-"))
-        except OSError:
-            return out
-        for name in names:
-            path = os.path.join(self.run_dir, name)
-            try:
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    f.seek(self._offsets.get(name, 0))
-                    chunk = f.read()
-                    self._offsets[name] = f.tell()
-            except OSError:
-                continue
-            text = self._partial.pop(name, "") + chunk
-            lines = text.split("\n")
-            if lines and lines[-1]:
-                self._partial[name] = lines[-1]  # a record still being written
-            for line in lines[:-1]:
-                if not line.strip():
-                    continue
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        return out
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INJECT_DIR = os.path.join(_PKG_DIR, "_inject")
 
 
 class Watcher:
@@ -71,7 +36,7 @@ class Watcher:
         hang_timeout_s: float | None = None,
         trace_max_events: int = 0,
     ):
-        from . import _ext
+        from .. import _ext
 
         if hang_timeout_s is not None and not hang_timeout_s > 0:
             raise DldoctorError(
@@ -108,7 +73,7 @@ class Watcher:
         return env
 
     def collect_facts(self) -> dict:
-        from . import _ext
+        from .. import _ext
 
         try:
             self.facts = _ext.collect_facts()
@@ -242,8 +207,8 @@ class Watcher:
 # Frames of the machinery every fetch passes through: never the user's hot spot.
 _FRAMEWORK_PATHS = (
     os.sep + os.path.join("torch", "utils", "data") + os.sep,
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_hooks.py"),
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "_inject") + os.sep,
+    os.path.join(_PKG_DIR, "job") + os.sep,
+    os.path.join(_PKG_DIR, "_inject") + os.sep,
 )
 
 

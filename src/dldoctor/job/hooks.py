@@ -20,7 +20,8 @@ import threading
 import time
 import weakref
 
-from . import _failure_hooks, _sidelog
+from . import failures as _failure_hooks
+from . import sidelog as _sidelog
 
 # -- The event vocabulary (mirrors src/dldoctor_core/trace/event.hpp) -----------------------
 K_ITER_START = 1
@@ -835,7 +836,7 @@ def _note_dataset(st: _IterState, loader) -> None:
     """Once per loader: its dataset's large attributes and, under spawn/forkserver, the size
     it pickles to (both bounded in time; see _dataset_probe)."""
     try:
-        from . import _dataset_probe
+        from . import dataset_probe as _dataset_probe
 
         rec = _dataset_probe.dataset_record(loader, _start_method(loader))
         if rec is not None:
@@ -1342,7 +1343,7 @@ def install(ring_path: str | None = None, run_dir: str | None = None) -> bool:
         _run_dir = run_dir
         _sidelog.configure(run_dir)
         try:
-            from . import _ext
+            from .. import _ext
 
             _ext.trace_open(ring_path)
         except Exception as e:
@@ -1413,7 +1414,7 @@ def uninstall() -> None:
                 pass
             _stack["pid"], _stack["file"] = 0, None
         try:
-            from . import _ext
+            from .. import _ext
 
             _ext.trace_close()
         except Exception:

@@ -25,9 +25,9 @@ def collect(shm_path: str = "/dev/shm", cuda: str = "auto", **roots: str) -> dic
     """Every fact: the C++ machine facts (`roots` go to `_ext.collect_facts`) with `python`,
     `torch` and `cuda` added. `cuda`: "auto" (probe when worthwhile, see module doc) or "never"."""
     try:
-        from . import _ext
+        from .. import _ext
     except ImportError as e:
-        from .errors import DldoctorError
+        from ..errors import DldoctorError
 
         raise DldoctorError(
             f"dldoctor's C++ extension is missing ({e}): reinstall with pip install dldoctor "

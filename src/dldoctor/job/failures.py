@@ -1,4 +1,4 @@
-"""What the hooks record about failures, kept out of torch_hooks' per-batch paths.
+"""What the hooks record about failures, kept out of the per-batch paths in hooks.py.
 
 In the main process: the job's fd limit, sharing strategy and memory cgroup at each
 iterator start (the OOM-kill counter's baseline), the same counters at a worker's death, the
@@ -17,7 +17,8 @@ import os
 import sys
 import threading
 
-from . import _memcg, _sidelog
+from . import memcg as _memcg
+from . import sidelog as _sidelog
 
 # A worker's stderr copy keeps this many of the newest characters: enough for a traceback and
 # the lines before it, small enough to rewrite on every write (workers rarely write there).
