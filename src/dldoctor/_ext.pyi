@@ -276,6 +276,11 @@ class Monitor:
 
     def findings(self, whole_run: bool = True) -> list: ...
 
+    def decide(self, whole_run: bool = True) -> dict:
+        """
+        The report decided: {'verdict', 'findings'}, most important first; over the whole run the newest hang's findings are merged in. 'unknown' when no DataLoader was seen.
+        """
+
     def loaders(self) -> list: ...
 
     def note_dataset(self, arg0: int, arg1: object, /) -> None: ...

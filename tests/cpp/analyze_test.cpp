@@ -1,5 +1,5 @@
 // The Session as a stream: the recent window names a steady bottleneck within 15 s and
-// forgets it when it goes, the whole run remembers; loader summaries, verdict order,
+// forgets it when it goes, the whole run remembers; loader summaries,
 // bounded state under a long fast stream, and ingest racing findings().
 #include <gtest/gtest.h>
 
@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "analyze_sim.hpp"
-#include "dldoctor_core/analyze/verdict.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -249,29 +248,6 @@ TEST(AnalyzeSession, IngestRacesFindings) {
   done = true;
   reader.join();
   EXPECT_EQ(Session::verdict(s.findings(0, Window::kWholeRun)), "slow_getitem");
-}
-
-TEST(AnalyzeVerdict, CriticalFirstThenScore) {
-  std::vector<report::Finding> fs(4);
-  fs[0].id = "main_process_bound";
-  fs[0].severity = report::Severity::kInfo;
-  fs[0].score = 1;
-  fs[1].id = "slow_getitem";
-  fs[1].severity = report::Severity::kWarning;
-  fs[1].score = 0.9;
-  fs[2].id = "io_bound";
-  fs[2].severity = report::Severity::kCritical;
-  fs[2].score = 0.2;
-  fs[3].id = "slow_collate";
-  fs[3].severity = report::Severity::kCritical;
-  fs[3].score = 0.5;
-  EXPECT_EQ(Session::verdict(fs), "slow_collate");
-  order_findings(fs);
-  EXPECT_EQ(sim::ids(fs), (std::vector<std::string>{"slow_collate", "io_bound", "slow_getitem",
-                                                    "main_process_bound"}));
-  EXPECT_EQ(Session::verdict({fs[1]}), "io_bound");
-  EXPECT_EQ(Session::verdict({fs[2], fs[3]}), "healthy");
-  EXPECT_EQ(Session::verdict({}), "healthy");
 }
 
 }  // namespace

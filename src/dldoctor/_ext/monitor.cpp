@@ -67,6 +67,21 @@ void register_monitor(nb::module_& m) {
              return findings_to_list(fs);
            },
            nb::arg("whole_run") = true)
+      .def("decide",
+           [](Monitor& self, bool whole_run) {
+             analyze::Decision d;
+             {
+               nb::gil_scoped_release nogil;
+               d = self.decide(whole_run ? analyze::Window::kWholeRun : analyze::Window::kRecent);
+             }
+             nb::dict out;
+             out["verdict"] = d.verdict;
+             out["findings"] = findings_to_list(d.findings);
+             return out;
+           },
+           nb::arg("whole_run") = true,
+           "The report decided: {'verdict', 'findings'}, most important first; over the whole "
+           "run the newest hang's findings are merged in. 'unknown' when no DataLoader was seen.")
       .def("loaders",
            [](Monitor& self) {
              std::vector<analyze::LoaderSummary> ls;

@@ -22,9 +22,6 @@ CGROUP_EVERY_NS = 1_000_000_000  # how often the job's memory cgroup is read whi
 RISKS_EVERY_NS = 1_000_000_000
 # Warnings that announce a failure (the job will crash or hang), said as soon as they appear.
 RISK_IDS = ("shm_exhausted", "fd_limit", "cuda_oom_risk", "pinned_memory_pressure", "ram_pressure")
-# The watcher adds this to the hang doctor's critical scores; a batch lost by a worker (no
-# room in /dev/shm, no descriptor) is the cause of that hang, so it goes above them.
-HANG_SCORE = 1e9
 _CUDA_FIELDS = (
     "loader",
     "device",
@@ -195,22 +192,13 @@ class FailureNotes:
     # -- the report --------------------------------------------------------------------------
     def finish_findings(self, findings: list[dict], facts: dict) -> list[dict]:
         """The fixes in the words `dldoctor check` uses (/dev/shm sizes for Docker, Kubernetes
-        and bare metal, the machine's own kind first); a lost batch ahead of the hang it
-        caused."""
-        hang = any(float(f.get("score") or 0) >= HANG_SCORE for f in findings)
+        and bare metal, the machine's own kind first)."""
         for f in findings:
             if f.get("id") == "shm_exhausted":
                 try:
                     f["fix"] = _shm_fix(f, facts)
                 except Exception:
                     pass  # the analyzer's own wording stays
-            lost = (f.get("evidence") or {}).get("batches_lost")
-            if hang and lost and f.get("severity") == "critical":
-                f["score"] = 2 * HANG_SCORE + float(f.get("score") or 0)
-                f["why"] = (f.get("why") or "") + (
-                    " The hang is its consequence: the main process waits for a batch that no"
-                    " worker will send."
-                )
         return findings
 
 

@@ -115,9 +115,9 @@ class Watcher:
                 self.monitor.note_slow_batch(int(rec["loader"]), rec)
 
     def streaming_verdict(self) -> tuple[str, dict | None]:
-        findings = _report.sort_findings(self.monitor.findings(False))
-        verdict = _report.verdict_of(findings)
-        top = findings[0] if findings and verdict != "healthy" else None
+        decided = self.monitor.decide(False)
+        verdict, findings = decided["verdict"], decided["findings"]
+        top = findings[0] if findings and verdict not in ("healthy", "unknown") else None
         return verdict, top
 
     def newly_named(self) -> dict | None:
@@ -160,20 +160,13 @@ class Watcher:
         return self._build(command, exit_code)
 
     def _build(self, command, exit_code) -> _report.Report:
-        findings = list(self.monitor.findings(True))
+        # Decided in C++: the order, the verdict, and the hang's diagnosis merged in.
+        decided = self.monitor.decide(True)
         hang = self.monitor.last_hang()
-        if hang is not None:
-            # A hang's diagnosis leads: nothing else matters while no batch comes.
-            hang_ids = {f["id"] for f in hang["findings"]}
-            findings = [f for f in findings if f["id"] not in hang_ids] + list(hang["findings"])
-            for f in hang["findings"]:
-                if f.get("severity") == "critical":
-                    f["score"] = 1e9 + float(f.get("score") or 0)
-        findings = _report.sort_findings(self.failures.finish_findings(findings, self.facts))
         loaders = self.monitor.loaders()
         report = _report.Report(
-            verdict=_report.verdict_of(findings),
-            findings=findings,
+            verdict=decided["verdict"],
+            findings=self.failures.finish_findings(decided["findings"], self.facts),
             system=_report.system_section(self.facts),
             loaders=loaders,
             command=list(command) if command is not None else None,
@@ -182,8 +175,7 @@ class Watcher:
         )
         report.series = series_section(self.monitor.series())
         report.notes.extend(getattr(self, "notes_extra", []))
-        if not loaders and hang is None:
-            report.verdict = "unknown"
+        if decided["verdict"] == "unknown":
             report.notes.append("no DataLoader was seen in this job: nothing to diagnose")
         dropped = self.monitor.dropped
         if dropped:

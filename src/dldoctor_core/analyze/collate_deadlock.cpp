@@ -31,7 +31,9 @@ void rule_collate_deadlock(const watchdog::HangSnapshot& snapshot,
     f.id = "collate_deadlock";
     f.severity = report::Severity::kCritical;
     f.loader = s.loader;
-    f.score = snapshot.stalled_s + (watchdog::holds_awaited_batch(s, loader) ? 1e6 : 0);
+    f.tier = watchdog::holds_awaited_batch(s, loader) ? report::Tier::kHangAwaited
+                                                      : report::Tier::kHang;
+    f.score = snapshot.stalled_s;
     std::string fn = loader && !loader->collate_fn.empty() ? loader->collate_fn : "default_collate";
     const watchdog::PyFrame* frame = s.reading.frame(p);
     if (frame && !frame->function.empty()) fn = frame->function;

@@ -240,7 +240,7 @@ void rule_cuda_oom(const JobView& job, std::vector<report::Finding>& out) {
     report::Finding f;
     f.id = "cuda_oom";
     f.severity = report::Severity::kCritical;
-    f.score = 10.0;
+    f.tier = report::Tier::kFailure;
     f.loader = l ? l->loader : -1;
     f.title = "CUDA ran out of memory" + (bs ? " at batch_size=" + std::to_string(*bs)
                                              : std::string()) +

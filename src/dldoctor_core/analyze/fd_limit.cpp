@@ -9,6 +9,7 @@
 
 #include "dldoctor_core/analyze/capacity.hpp"
 #include "dldoctor_core/analyze/rules.hpp"
+#include "dldoctor_core/analyze/verdict.hpp"
 
 namespace dldoctor::analyze {
 
@@ -21,6 +22,10 @@ inline constexpr double kFdNearLimitFraction = 0.8;
 /// detection-style loader (64 samples x 3 tensors x 4 workers x prefetch 2 = 1536 fds)
 /// beside the dataset's own files.
 inline constexpr int64_t kFdRecommendedMin = 8192;
+
+/// Score of the warning near the limit: a failure to come ranks with a bottleneck that
+/// explains most of the stall (a share of 0.8), above a lesser one.
+inline constexpr double kNearLimitScore = 0.8;
 
 /// Headroom of the prescribed limit over the most descriptors seen at once.
 inline constexpr int64_t kFdHeadroom = 4;
@@ -79,7 +84,9 @@ void rule_fd_limit(const JobView& job, std::vector<report::Finding>& out) {
   report::Finding f;
   f.id = "fd_limit";
   f.severity = err ? report::Severity::kCritical : report::Severity::kWarning;
-  f.score = err ? 9.0 : 0.8;
+  // Descriptors that ran out are the job's failure; near the limit, a risk ranked by score.
+  if (err) f.tier = report::Tier::kFailure;
+  f.score = err ? 0.0 : kNearLimitScore;
   f.loader = err ? err->loader : -1;
   if (err)
     f.title = "The job ran out of file descriptors (RLIMIT_NOFILE " +
@@ -101,7 +108,7 @@ void rule_fd_limit(const JobView& job, std::vector<report::Finding>& out) {
   if (err) {
     f.add("error", error_line(err->message, ErrorKind::kTooManyOpenFiles));
     f.add("errors", double(errors));
-    if (lost > 0) f.add("batches_lost", double(lost));
+    if (lost > 0) f.add(kBatchesLost, double(lost));
   }
 
   const int64_t base = std::max(peak.value_or(0), soft.value_or(0));

@@ -33,9 +33,10 @@ std::vector<report::Finding> run_rules(const JobView& job) {
   rule_straggler_worker(job, out);
   rule_shm_exhausted(job, out);
   rule_memory_pressure(job, out);
+  // Equal failures keep this order: no room in /dev/shm, no GPU memory, no descriptor.
+  rule_cuda_oom(job, out);
   rule_fd_limit(job, out);
   rule_worker_died(job, out);
-  rule_cuda_oom(job, out);
   order_findings(out);
   return out;
 }

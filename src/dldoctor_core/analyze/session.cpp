@@ -458,6 +458,11 @@ int64_t Session::latest_ns() const {
   return latest_ns_;
 }
 
+bool Session::any_loader() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !loaders_.empty();
+}
+
 int64_t Session::events() const {
   std::lock_guard<std::mutex> lock(mu_);
   return events_;

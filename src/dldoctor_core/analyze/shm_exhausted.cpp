@@ -9,6 +9,7 @@
 
 #include "dldoctor_core/analyze/capacity.hpp"
 #include "dldoctor_core/analyze/rules.hpp"
+#include "dldoctor_core/analyze/verdict.hpp"
 
 namespace dldoctor::analyze {
 
@@ -25,6 +26,11 @@ inline constexpr int kConsumerHeldBatches = 1;
 /// /dev/shm used at this share of its size, as the sampler saw it, is full in practice:
 /// the next batch of a prefetching worker needs room at once.
 inline constexpr double kShmFullFraction = 0.9;
+
+/// Scores of the warnings: batches that will not fit rank with a bottleneck that explains
+/// the whole stall, a thin margin with one that explains half of it.
+inline constexpr double kPredictedOverflowScore = 1.0;
+inline constexpr double kThinMarginScore = 0.5;
 
 /// torch's default prefetch_factor with workers.
 inline constexpr int kDefaultPrefetchFactor = 2;
@@ -148,7 +154,8 @@ void rule_shm_exhausted(const JobView& job, std::vector<report::Finding>& out) {
   const bool failed = !failures.empty();
   f.severity = failed ? report::Severity::kCritical : report::Severity::kWarning;
   // A failure here is the job's end, so it outranks every throughput finding.
-  f.score = failed ? 10.0 : (predicted_over ? 1.0 : 0.5);
+  if (failed) f.tier = report::Tier::kFailure;
+  f.score = failed ? 0.0 : (predicted_over ? kPredictedOverflowScore : kThinMarginScore);
 
   const std::string shm_size = total ? bytes_text(double(*total)) : std::string("unknown");
   if (failed) {
@@ -160,7 +167,7 @@ void rule_shm_exhausted(const JobView& job, std::vector<report::Finding>& out) {
     f.add("failures", double(failures.size()));
     int64_t lost = 0;
     for (const Failure& y : failures) lost += y.lost;
-    if (lost > 0) f.add("batches_lost", double(lost));
+    if (lost > 0) f.add(kBatchesLost, double(lost));
   } else if (predicted_over) {
     f.title = "The batches in flight (" + bytes_text(worst_f->bytes()) + ") will not fit in "
               "/dev/shm (" + bytes_text(*free) + " free): workers will fail when the queues fill";

@@ -103,9 +103,10 @@ void rule_worker_died(const JobView& job, std::vector<report::Finding>& out) {
     f.id = "worker_died";
     f.loader = d.loader;
     // A dead worker ends the epoch with an error: critical, ranked below a finding that
-    // names the cause itself (shm_exhausted for a bus error).
+    // names the cause itself (shm_exhausted for a bus error); the more deaths, the higher.
     f.severity = r == Reason::kBusError ? report::Severity::kWarning : report::Severity::kCritical;
-    f.score = 5.0 + double(same);
+    f.tier = report::Tier::kDeath;
+    f.score = double(same);
     const std::string who = "DataLoader worker " + std::to_string(d.worker) +
                             (d.pid ? " (pid " + std::to_string(d.pid) + ")" : std::string());
     std::string how;

@@ -132,7 +132,9 @@ void rule_worker_hang(const watchdog::HangSnapshot& snapshot, const watchdog::Ha
     f.id = "worker_hang";
     f.severity = report::Severity::kCritical;
     f.loader = s.loader;
-    f.score = snapshot.stalled_s + (watchdog::holds_awaited_batch(s, loader) ? 1e6 : 0);
+    f.tier = watchdog::holds_awaited_batch(s, loader) ? report::Tier::kHangAwaited
+                                                      : report::Tier::kHang;
+    f.score = snapshot.stalled_s;
     f.title = watchdog::subject(*s.process) + " is " + where_title(stage, s) + ": no batch for " +
               watchdog::seconds(snapshot.stalled_s);
     f.add("stage", stage);
@@ -153,6 +155,7 @@ report::Finding unexplained_loader_hang(const watchdog::HangSnapshot& snapshot,
   f.id = "worker_hang";
   f.severity = report::Severity::kCritical;
   f.loader = loader_id;
+  f.tier = report::Tier::kHang;
   f.score = snapshot.stalled_s;
   f.add("stage", std::string("other"));
   f.add("stalled_s", snapshot.stalled_s);

@@ -311,6 +311,13 @@ std::vector<report::Finding> Monitor::last_hang_findings() const {
   return watchdog_->last_findings();
 }
 
+analyze::Decision Monitor::decide(analyze::Window w) const {
+  std::vector<report::Finding> findings = session_.findings(0, w);
+  const bool hung = w == analyze::Window::kWholeRun && watchdog_ && watchdog_->hangs() > 0;
+  if (hung) findings = analyze::with_hang(std::move(findings), watchdog_->last_findings());
+  return analyze::decide(std::move(findings), session_.any_loader(), hung);
+}
+
 void Monitor::drain_loop() {
   std::vector<trace::Event> buf;
   buf.reserve(kDrainBatch);

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "dldoctor_core/analyze/collate_deadlock.hpp"
+#include "dldoctor_core/analyze/verdict.hpp"
 #include "dldoctor_core/analyze/worker_hang.hpp"
 #include "dldoctor_core/watchdog/dead_worker.hpp"
 #include "dldoctor_core/watchdog/process_reading.hpp"
@@ -52,10 +53,7 @@ std::vector<report::Finding> classify_hang(const HangSnapshot& snapshot,
       }
     }
   }
-  std::stable_sort(out.begin(), out.end(), [](const report::Finding& a, const report::Finding& b) {
-    if (a.severity != b.severity) return a.severity > b.severity;
-    return a.score > b.score;
-  });
+  analyze::order_findings(out);
   return out;
 }
 

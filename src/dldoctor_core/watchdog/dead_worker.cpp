@@ -56,7 +56,8 @@ void rule_dead_worker(const HangSnapshot& snapshot, const HangContext& context,
     f.id = "worker_died";
     f.severity = report::Severity::kCritical;
     f.loader = s.loader;
-    f.score = snapshot.stalled_s + (holds_awaited_batch(s, loader) ? 1e6 : 0);
+    f.tier = holds_awaited_batch(s, loader) ? report::Tier::kHangAwaited : report::Tier::kHang;
+    f.score = snapshot.stalled_s;
     std::string how = p.exit_signal ? " (killed by " + signal_name(*p.exit_signal) + ")"
                       : p.exit_code ? " (exit status " + std::to_string(*p.exit_code) + ")"
                                     : "";

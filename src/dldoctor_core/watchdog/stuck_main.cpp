@@ -20,6 +20,7 @@ void rule_stuck_main(const HangSnapshot& snapshot, const HangContext& context,
     f.id = "main_process_bound";
     f.severity = report::Severity::kInfo;
     f.loader = -1;
+    f.tier = report::Tier::kHang;
     f.score = snapshot.stalled_s;
     f.title = "The training loop itself is stuck, not the DataLoader: the main process has "
               "asked for no batch for " + seconds(snapshot.stalled_s) + " and sits in " +
