@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "dldoctor_core/common/error.hpp"
-#include "dldoctor_core/watchdog/classify.hpp"
+#include "dldoctor_core/analyze/rules.hpp"
 #include "dldoctor_core/watchdog/proc_probe.hpp"
 #include "dldoctor_core/watchdog/stack.hpp"
 #include "dldoctor_core/watchdog/watchdog.hpp"
@@ -363,7 +363,8 @@ class PyWatchdog {
         e.discard_as_unraisable("dldoctor watchdog on_hang");
       }
     };
-    dog_ = std::make_unique<wd::Watchdog>(o, std::move(call_probe), std::move(call_hang));
+    dog_ = std::make_unique<wd::Watchdog>(o, std::move(call_probe), analyze::classify_hang,
+                                          std::move(call_hang));
     if (timeout_s) dog_->set_timeout_override(*timeout_s);
     std::lock_guard lock(g_live_mu);
     g_live.insert(this);
@@ -512,7 +513,7 @@ void register_watchdog(nb::module_& m) {
       [](nb::handle snapshot, nb::handle context) {
         wd::HangSnapshot s = snapshot_from(snapshot);
         wd::HangContext c = context_from(context);
-        return findings_list(wd::classify_hang(s, c));
+        return findings_list(analyze::classify_hang(s, c));
       },
       "snapshot"_a, "context"_a = nb::none(),
       "The hang rules over a dict-shaped HangSnapshot ({t_ns, stalled_s, timeout_s, processes: "

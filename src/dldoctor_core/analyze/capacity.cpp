@@ -4,10 +4,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <string_view>
 
-#include "dldoctor_core/analyze/rules.hpp"
 
 namespace dldoctor::analyze {
 
@@ -30,6 +28,20 @@ std::optional<Shortfall> shortfall(const LoaderView& l) noexcept {
   return Shortfall{*cap, busy_fraction(l)};
 }
 
+std::optional<CpuBoundFetch> cpu_bound_fetch(const JobView& job, const LoaderView& l,
+                                             bool oversubscribed) {
+  auto s = shortfall(l);
+  if (!s) return std::nullopt;
+  if (s->busy && *s->busy < kCpuBoundFraction) return std::nullopt;  // io_bound's
+  CpuBoundFetch c;
+  c.figures = fetch_figures(job, l, *s);
+  c.collate_share = l.collate_share;
+  c.oversubscribed = oversubscribed;
+  c.needed_workers = workers_for(s->capacity.demand_bps, s->capacity.fetch_s);
+  c.ceiling = cpu_worker_ceiling(job, l);
+  return c;
+}
+
 std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) noexcept {
   auto spare = spare_cores(job);
   if (!spare || *spare < 1) return std::nullopt;
@@ -37,35 +49,54 @@ std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) n
   return l.config.num_workers + int(*spare);
 }
 
-std::string no_cpu_for_more_workers(const JobView& job) {
-  auto usable = job.usable_cpus();
-  int total = 0;
-  for (const LoaderView& l : job.loaders) total += std::max(0, l.config.num_workers);
-  if (!usable) return "More workers would not help (no CPU is spare for them): ";
-  return "The " + num(*usable) + " usable CPU" + (*usable == 1 ? "" : "s") + " already run " +
-         count_of(total, "worker") + " and the main process, so more workers would not help: ";
+FetchFigures fetch_figures(const JobView& job, const LoaderView& l, const Shortfall& s) {
+  FetchFigures x;
+  x.loader = l.loader;
+  x.data_stall_fraction = l.data_stall_fraction.value_or(0);
+  x.num_workers = l.config.num_workers;
+  x.shortfall = s;
+  x.getitem_p50_ms = l.getitem_p50_ms;
+  x.getitem_p99_ms = l.getitem_p99_ms;
+  x.collate_p50_ms = l.collate_p50_ms;
+  x.fetch_p50_ms = l.fetch_p50_ms;
+  x.samples_per_batch = l.samples_per_batch;
+  x.consumer_batches_per_s = l.batches_per_s;
+  x.on_cpu_fraction = l.on_cpu_fraction;
+  x.worker_cpu_pct = l.fetchers.cpu_pct;
+  x.run_queue_delay_pct = l.fetchers.runq_delay_pct;
+  x.usable_cpus = job.usable_cpus();
+  x.total_workers = job.total_workers;
+  for (const LoaderView& o : job.loaders) x.configured_workers += std::max(0, o.config.num_workers);
+  return x;
 }
 
-void add_fetch_evidence(report::Finding& f, const JobView& job, const LoaderView& l,
-                        const Shortfall& s) {
-  f.add("data_stall_fraction", l.data_stall_fraction.value_or(0));
-  f.add("num_workers", double(l.config.num_workers));
-  if (l.getitem_p50_ms) f.add("getitem_p50_ms", *l.getitem_p50_ms);
-  if (l.getitem_p99_ms) f.add("getitem_p99_ms", *l.getitem_p99_ms);
-  if (l.collate_p50_ms) f.add("collate_p50_ms", *l.collate_p50_ms);
-  if (l.fetch_p50_ms) f.add("fetch_p50_ms", *l.fetch_p50_ms);
-  if (l.samples_per_batch) f.add("samples_per_batch", *l.samples_per_batch);
+std::string no_cpu_for_more_workers(const FetchFigures& x) {
+  if (!x.usable_cpus) return "More workers would not help (no CPU is spare for them): ";
+  return "The " + num(*x.usable_cpus) + " usable CPU" + (*x.usable_cpus == 1 ? "" : "s") +
+         " already run " + count_of(x.configured_workers, "worker") +
+         " and the main process, so more workers would not help: ";
+}
+
+void add_fetch_evidence(report::Finding& f, const FetchFigures& x) {
+  const Shortfall& s = x.shortfall;
+  f.add("data_stall_fraction", x.data_stall_fraction);
+  f.add("num_workers", double(x.num_workers));
+  if (x.getitem_p50_ms) f.add("getitem_p50_ms", *x.getitem_p50_ms);
+  if (x.getitem_p99_ms) f.add("getitem_p99_ms", *x.getitem_p99_ms);
+  if (x.collate_p50_ms) f.add("collate_p50_ms", *x.collate_p50_ms);
+  if (x.fetch_p50_ms) f.add("fetch_p50_ms", *x.fetch_p50_ms);
+  if (x.samples_per_batch) f.add("samples_per_batch", *x.samples_per_batch);
   f.add("worker_capacity_batches_per_s", s.capacity.capacity_bps);
   f.add("consumer_demand_batches_per_s", s.capacity.demand_bps);
-  if (l.batches_per_s) f.add("consumer_batches_per_s", *l.batches_per_s);
+  if (x.consumer_batches_per_s) f.add("consumer_batches_per_s", *x.consumer_batches_per_s);
   if (s.busy)
-    f.add("worker_on_cpu_fraction", l.on_cpu_fraction.value_or(*s.busy));
+    f.add("worker_on_cpu_fraction", x.on_cpu_fraction.value_or(*s.busy));
   else
     f.add("worker_on_cpu_fraction", std::string("unknown"));
-  if (l.fetchers.cpu_pct) f.add("worker_cpu_pct", *l.fetchers.cpu_pct);
-  if (l.fetchers.runq_delay_pct) f.add("run_queue_delay_pct", *l.fetchers.runq_delay_pct);
-  if (auto u = job.usable_cpus()) f.add("usable_cpus", *u);
-  if (job.total_workers) f.add("total_workers", double(*job.total_workers));
+  if (x.worker_cpu_pct) f.add("worker_cpu_pct", *x.worker_cpu_pct);
+  if (x.run_queue_delay_pct) f.add("run_queue_delay_pct", *x.run_queue_delay_pct);
+  if (x.usable_cpus) f.add("usable_cpus", *x.usable_cpus);
+  if (x.total_workers) f.add("total_workers", double(*x.total_workers));
 }
 
 std::optional<double> busy_fraction(const LoaderView& l) noexcept {
@@ -84,7 +115,7 @@ std::optional<double> busy_fraction(const LoaderView& l) noexcept {
 std::optional<double> spare_cores(const JobView& job) noexcept {
   auto usable = job.usable_cpus();
   if (!usable) return std::nullopt;
-  return std::floor(*usable) - job.total_workers.value_or(0) - 1;
+  return std::floor(*usable) - job.total_workers.value_or(0) - kMainProcessCores;
 }
 
 std::optional<bool> cpu_contended(const JobView& job, const LoaderView& l) noexcept {
@@ -97,24 +128,6 @@ std::optional<bool> cpu_contended(const JobView& job, const LoaderView& l) noexc
 int workers_for(double demand_bps, double fetch_s) noexcept {
   double n = std::ceil(demand_bps * fetch_s * kWorkerHeadroom - 1e-9);
   return int(std::clamp(n, 1.0, 1e6));
-}
-
-std::string num(double v) {
-  char buf[32];
-  double a = std::fabs(v);
-  if (a >= 100 || v == std::floor(v))
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-  else if (a >= 10)
-    std::snprintf(buf, sizeof buf, "%.1f", v);
-  else
-    std::snprintf(buf, sizeof buf, "%.2g", v);
-  std::string out = buf;
-  if (out.size() > 2 && out.compare(out.size() - 2, 2, ".0") == 0) out.resize(out.size() - 2);
-  return out;
-}
-
-std::string count_of(double n, const std::string& noun) {
-  return num(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
 std::string hot_functions_text(const std::vector<HotFunction>& hot, size_t n) {

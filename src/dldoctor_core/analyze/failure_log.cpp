@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 
 namespace dldoctor::analyze {
 
@@ -81,19 +80,6 @@ std::string error_line(std::string_view message, ErrorKind kind) {
     pos = nl + 1;
   }
   return std::string(last.substr(0, 300));
-}
-
-std::string bytes_text(double bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  double v = bytes;
-  while (u < 4 && (v >= 1024 || v <= -1024)) v /= 1024, ++u;
-  char buf[48];
-  if (u == 0 || v >= 100 || v <= -100 || v == double(int64_t(v)))
-    std::snprintf(buf, sizeof buf, "%.0f %s", v, kUnits[u]);
-  else
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
-  return buf;
 }
 
 const RuntimeNote* FailureView::job_runtime() const noexcept {

@@ -116,9 +116,6 @@ ErrorKind classify_error(std::string_view type, std::string_view message) noexce
 /// the whole worker traceback, of which this is the line that matters.
 std::string error_line(std::string_view message, ErrorKind kind);
 
-/// "24 MiB", "1.5 GiB", "512 B": a size in the binary units torch and df -h use.
-std::string bytes_text(double bytes);
-
 /// CUDA memory figures per device and batch size.
 struct CudaPeak {
   int loader = -1;

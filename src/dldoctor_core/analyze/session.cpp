@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "dldoctor_core/analyze/data_bound.hpp"
 #include "dldoctor_core/analyze/rules.hpp"
 #include "dldoctor_core/analyze/verdict.hpp"
 

@@ -16,6 +16,10 @@
 
 namespace dldoctor::analyze {
 
+/// torch's default prefetch_factor with workers: each worker keeps this many batches in
+/// flight unless the loader says otherwise (also what `dldoctor check` assumes).
+inline constexpr int kDefaultPrefetchFactor = 2;
+
 /// A hot function from sampled profiles of the fetch (read by the Python side).
 struct HotFunction {
   std::string name;              ///< e.g. "resize", "Dataset.__getitem__" (qualified name)

@@ -48,6 +48,13 @@ struct Evidence {
   std::variant<double, std::string> value;
 };
 
+/// What a rule decided about a finding beside its words: how it ranks.
+struct Rank {
+  Severity severity = Severity::kInfo;
+  Tier tier = Tier::kMeasure;
+  double score = 0;  ///< orders findings of one severity and tier: larger is more important
+};
+
 /// One diagnosis. `id` is from the stable vocabulary of DESIGN.md section 4.
 struct Finding {
   std::string id;
@@ -69,5 +76,16 @@ struct Finding {
     return *this;
   }
 };
+
+/// A finding of `id` about `loader` (-1: the job) ranked as `rank`, its words to be written.
+inline Finding make_finding(std::string id, int loader, const Rank& rank) {
+  Finding f;
+  f.id = std::move(id);
+  f.severity = rank.severity;
+  f.tier = rank.tier;
+  f.score = rank.score;
+  f.loader = loader;
+  return f;
+}
 
 }  // namespace dldoctor::report

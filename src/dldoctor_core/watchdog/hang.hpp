@@ -1,6 +1,7 @@
 // The data of a hang: what was captured from every process of the job when no batch came for
-// the hang timeout (HangSnapshot), and what the rules need to know about the loaders beyond
-// it (HangContext). The watchdog fills the first; the caller's probe supplies the second.
+// the hang timeout (HangSnapshot), and what the hang rules (analyze/) need to know about the
+// loaders beyond it (HangContext). The watchdog fills the first; the caller's probe supplies
+// the second. Nothing here decides what the hang is.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,13 @@
 #include "dldoctor_core/watchdog/stack.hpp"
 
 namespace dldoctor::watchdog {
+
+/// A process using less than this share of one core over the stall is not making progress.
+/// A thread blocked on a lock, queue or read uses ~0; the worker loop's 5 s status poll and
+/// the faulthandler dumps cost microseconds; a process computing uses close to 1.0. 5% sits
+/// far from both and above the 10 ms tick resolution of /proc CPU times over a >= 1 s stall.
+/// The watchdog's own "slow, not stuck" test and the hang rules' readings both use it.
+inline constexpr double kBusyCpuShare = 0.05;
 
 /// One process of the job at the moment of the hang.
 struct ProcessCapture {
@@ -71,11 +79,5 @@ struct HangContext {
 
 /// CPU used over the stall as a share of one core, when both numbers are known.
 std::optional<double> cpu_share(const ProcessCapture& p) noexcept;
-
-/// "worker 1 of loader 0 (pid 4242)" / "the main process (pid 4200)".
-std::string describe(const ProcessCapture& p);
-
-/// Signal number to name: 9 -> "SIGKILL"; "signal N" when unnamed.
-std::string signal_name(int signal);
 
 }  // namespace dldoctor::watchdog

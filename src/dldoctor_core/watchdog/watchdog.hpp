@@ -1,9 +1,10 @@
 // The hang doctor: a thread of plain C++ (no Python, no GIL) that notices when a watched
 // DataLoader has produced no batch for the hang timeout, captures every process of the job
 // (kernel state, CPU progress since the stall began, Python stacks through faulthandler),
-// names the cause, and hands the capture and the findings to a callback, once per stall.
-// It asks the caller what to watch through a probe function, so it does not depend on how
-// the caller (the Monitor) stores its loaders and processes.
+// has the caller's classifier name the cause, and hands the capture and the findings to a
+// callback, once per stall. It asks the caller what to watch through a probe function and
+// what the capture means through the classifier (analyze::classify_hang), so it depends
+// neither on how the caller (the Monitor) stores its loaders nor on the hang rules.
 #pragma once
 
 #include <signal.h>
@@ -101,12 +102,17 @@ HangSnapshot capture_hang(const std::vector<WatchedProcess>& processes,
 class Watchdog {
  public:
   using Probe = std::function<WatchState()>;
+  /// Names the cause of a captured hang (analyze::classify_hang); no finding, with a worker
+  /// using CPU, means slow, not stuck: the watchdog looks again one timeout later.
+  using Classify = std::function<std::vector<report::Finding>(const HangSnapshot&,
+                                                              const HangContext&)>;
   using OnHang =
       std::function<void(const HangSnapshot&, const std::vector<report::Finding>&)>;
 
-  /// `probe` is called on the watchdog thread every poll; `on_hang` once per stall, on the
-  /// watchdog thread, after the findings are stored. `probe` is required (dldoctor::Error).
-  Watchdog(WatchdogOptions options, Probe probe, OnHang on_hang = {});
+  /// `probe` is called on the watchdog thread every poll, `classify` on each capture;
+  /// `on_hang` once per stall, on the watchdog thread, after the findings are stored.
+  /// `probe` and `classify` are required (dldoctor::Error).
+  Watchdog(WatchdogOptions options, Probe probe, Classify classify, OnHang on_hang = {});
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -145,6 +151,7 @@ class Watchdog {
 
   WatchdogOptions options_;
   Probe probe_;
+  Classify classify_;
   OnHang on_hang_;
 
   std::atomic<int64_t> last_batch_ns_{0};

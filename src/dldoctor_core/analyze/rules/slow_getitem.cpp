@@ -1,0 +1,95 @@
+// More workers only while a CPU is idle for them; otherwise the cost per sample is what is
+// left to cut, and the profiles say where it goes.
+#include "dldoctor_core/analyze/rules/slow_getitem.hpp"
+
+#include "dldoctor_core/analyze/rules/too_many_workers.hpp"
+
+namespace dldoctor::analyze::slow_getitem {
+
+namespace {
+
+std::string cheaper_getitem_advice(const std::vector<HotFunction>& hot) {
+  if (const HotFunction* h = hottest_step(hot)) {
+    std::string where = h->name + (h->location.empty() ? "" : " (" + h->location + ")");
+    return "make __getitem__ cheaper where it spends its time, in " + where + ": " +
+           hot_step_advice(h->name) + ".";
+  }
+  return "make __getitem__ cheaper: move its heaviest step offline (e.g. decode and resize "
+         "the images once and save them at training size), or use a faster library for it "
+         "(Pillow-SIMD; PIL Image.draft() to decode JPEGs at reduced size; "
+         "torchvision.io.decode_jpeg, nvJPEG on the GPU). Profile it to find that step.";
+}
+
+}  // namespace
+
+std::vector<Evidence> detect(const JobView& job) {
+  const auto over = oversubscription(job);
+  std::vector<Evidence> out;
+  for (const LoaderView& l : job.loaders) {
+    auto c = cpu_bound_fetch(job, l, over && over->proven);
+    if (!c) continue;
+    const double collate = c->collate_share.value_or(0);
+    if (collate >= kCollateShare) continue;  // slow_collate's
+    Evidence e;
+    e.rank = {c->severity(), report::Tier::kMeasure,
+              c->figures.data_stall_fraction * (1.0 - collate)};
+    e.fetch = std::move(*c);
+    e.collate_share = collate;
+    e.hot_functions = l.hot_functions;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+report::Finding finding(const Evidence& e) {
+  const FetchFigures& x = e.fetch.figures;
+  const FetchCapacity& c = x.shortfall.capacity;
+  const std::optional<double>& busy = x.shortfall.busy;
+  const double stall = x.data_stall_fraction;
+
+  report::Finding f = report::make_finding("slow_getitem", x.loader, e.rank);
+  f.title = "Loader " + std::to_string(x.loader) + ": __getitem__ is too slow for the loop (" +
+            (c.serial ? std::string("the main process supplies ")
+                      : count_of(c.fetch_processes, "worker") +
+                            (c.fetch_processes == 1 ? " supplies " : " supply ")) +
+            num(c.capacity_bps) + " batches/s, the loop wants " + num(c.demand_bps) + ")";
+  add_fetch_evidence(f, x);
+  if (!e.hot_functions.empty()) f.add("hot_functions", hot_functions_text(e.hot_functions));
+
+  const int needed = e.fetch.needed_workers;
+  const std::optional<int>& ceiling = e.fetch.ceiling;
+  const int now = x.num_workers;
+  if (ceiling && *ceiling > now && !e.fetch.oversubscribed) {
+    if (needed <= *ceiling) {
+      f.add("recommended_num_workers", double(needed));
+      f.fix = "Set num_workers=" + std::to_string(needed) + " (now " + std::to_string(now) +
+              "): " + std::to_string(needed) + " workers at " + num(c.fetch_s * 1e3) +
+              " ms per batch supply " + num(needed / c.fetch_s) +
+              " batches/s, above the loop's " + num(c.demand_bps) + ", and " +
+              count_of(*ceiling - now, "CPU") + (*ceiling - now == 1 ? " is" : " are") +
+              " idle.";
+    } else {
+      f.add("recommended_num_workers", double(*ceiling));
+      f.fix = "Set num_workers=" + std::to_string(*ceiling) + " (now " + std::to_string(now) +
+              "), all the idle CPUs allow (" + std::to_string(needed) +
+              " would be needed), and " + cheaper_getitem_advice(e.hot_functions);
+    }
+  } else {
+    f.fix = no_cpu_for_more_workers(x) + cheaper_getitem_advice(e.hot_functions);
+  }
+  f.why = "The main process waits " + num(stall * 100) +
+          "% of the loop for batches while the workers " +
+          (busy ? "are busy on a CPU (running or queued for one) for " + num(*busy * 100) +
+                      "% of each fetch"
+                : std::string("fetch without a break (their CPU time was not measured)")) +
+          ", " + num((1.0 - e.collate_share) * 100) +
+          "% of it in __getitem__: the loader is limited by the CPU cost of preparing "
+          "samples, so it speeds up only with more CPUs working on it or less work per "
+          "sample.";
+  if (e.fetch.oversubscribed)
+    f.why += " The workers already outnumber the usable CPUs (see too_many_workers), so "
+             "the cost per sample is what is left to cut.";
+  return f;
+}
+
+}  // namespace dldoctor::analyze::slow_getitem
