@@ -8,6 +8,11 @@
 #include <string>
 
 #include "analyze_convert.hpp"
+#include "dldoctor_core/analyze/capacity.hpp"
+#include "dldoctor_core/analyze/memory.hpp"
+#include "dldoctor_core/analyze/rules/fd_limit.hpp"
+#include "dldoctor_core/analyze/rules/io_bound.hpp"
+#include "dldoctor_core/analyze/rules/shm_exhausted.hpp"
 #include "dldoctor_core/common/error.hpp"
 #include "register.hpp"
 
@@ -383,6 +388,18 @@ analyze::HotFunction hot_function_from_dict(nb::handle d) {
 // --- the Analyzer ----------------------------------------------------------------------------
 
 void register_analyze(nb::module_& m) {
+  // What `dldoctor check` shares with the rules, defined once here in the core.
+  m.attr("SHM_MARGIN") = analyze::kShmMargin;
+  m.attr("NOFILE_WARN_BELOW") = analyze::kFdRecommendedMin;
+  m.attr("DEFAULT_PREFETCH_FACTOR") = analyze::kDefaultPrefetchFactor;
+  m.attr("RAM_LOW_FRACTION") = analyze::kLowMemoryFraction;
+  m.attr("MAIN_PROCESS_CORES") = analyze::kMainProcessCores;
+  m.attr("CACHE_FIT_FRACTION") = analyze::kCacheFitFraction;
+  m.def("shm_fix", &analyze::shm_fix, nb::arg("container_kind"), nb::arg("in_flight_bytes"),
+        "The fix for a /dev/shm that must hold in_flight_bytes (SHM_MARGIN times over), as "
+        "shm_exhausted and `dldoctor check` word it: whole GiB, then Docker, Kubernetes and "
+        "bare-metal commands (container_kind's first), then fewer batches in flight.");
+
   using analyze::Session;
   nb::class_<Session>(m, "Analyzer",
                       "The streaming analyzer of one job: feed it events and sampler passes, "

@@ -1,6 +1,5 @@
 """The watcher's side of the failure rules: side-log records in, failure notes out to the C++
-analyzer (`Monitor.note_failure`), and the fixes the rules name finished in the words
-`dldoctor check` already uses.
+analyzer (`Monitor.note_failure`). The rules decide and word the findings themselves.
 
 Records used: iter_start (fd limit, sharing strategy, pin_memory, the memory cgroup's OOM-kill
 counter as a baseline), worker_died (the counters at the death, so their rise says whether the
@@ -188,38 +187,3 @@ class FailureNotes:
                     self._announced.add(f["id"])
                     out.append(f)
         return out
-
-    # -- the report --------------------------------------------------------------------------
-    def finish_findings(self, findings: list[dict], facts: dict) -> list[dict]:
-        """The fixes in the words `dldoctor check` uses (/dev/shm sizes for Docker, Kubernetes
-        and bare metal, the machine's own kind first)."""
-        for f in findings:
-            if f.get("id") == "shm_exhausted":
-                try:
-                    f["fix"] = _shm_fix(f, facts)
-                except Exception:
-                    pass  # the analyzer's own wording stays
-        return findings
-
-
-def _shm_fix(f: dict, facts: dict) -> str:
-    from ..preflight import checks as _preflight
-
-    ev = f.get("evidence") or {}
-    need = ev.get("shm_size_needed_bytes")
-    in_flight = ev.get("in_flight_bytes")
-    if not isinstance(need, (int, float)) or need <= 0:
-        return f["fix"]
-    # _shm_fix sizes /dev/shm at SHM_MARGIN x what it is given.
-    base = (
-        in_flight
-        if isinstance(in_flight, (int, float)) and in_flight * _preflight.SHM_MARGIN >= need
-        else need / _preflight.SHM_MARGIN
-    )
-    lines = _preflight._shm_fix(facts, int(base)).split("\n")
-    fits = ev.get("fits_today")
-    free = ev.get("shm_free_bytes")
-    if isinstance(fits, str) and fits and lines and lines[-1].startswith("or keep fewer"):
-        today = f" (/dev/shm has {_preflight.human_bytes(free)} free now)" if free else ""
-        lines[-1] = f"or keep fewer batches in flight: {fits} fits today's size{today}"
-    return "\n".join(lines)

@@ -166,7 +166,7 @@ class Watcher:
         loaders = self.monitor.loaders()
         report = _report.Report(
             verdict=decided["verdict"],
-            findings=self.failures.finish_findings(decided["findings"], self.facts),
+            findings=decided["findings"],
             system=_report.system_section(self.facts),
             loaders=loaders,
             command=list(command) if command is not None else None,
