@@ -282,7 +282,10 @@ class Monitor:
 
     def stop(self) -> None: ...
 
-    def set_facts(self, arg: object, /) -> None: ...
+    def collect_facts(self) -> dict:
+        """
+        Reads this machine's facts (as collect_facts()), hands them to the analysis as they are, and returns them as the dict the report's `system` section shows.
+        """
 
     def set_data_storage(self, arg: object, /) -> None: ...
 

@@ -8,12 +8,13 @@
 #include <nanobind/stl/optional.h>
 
 #include "analyze_convert.hpp"
-#include "beyond_convert.hpp"
 #include "dldoctor_core/common/clock.hpp"
-#include "failure_convert.hpp"
+#include "dldoctor_core/system/collect.hpp"
 #include "monitor_convert.hpp"
-#include "watchdog_convert.hpp"
+#include "notes_convert.hpp"
 #include "register.hpp"
+#include "system_convert.hpp"
+#include "watchdog_convert.hpp"
 
 namespace nb = nanobind;
 
@@ -39,8 +40,18 @@ void register_monitor(nb::module_& m) {
           nb::arg("trace_max_events") = 0)
       .def("start", &Monitor::start, nb::arg("root_pid"), nb::call_guard<nb::gil_scoped_release>())
       .def("stop", &Monitor::stop, nb::call_guard<nb::gil_scoped_release>())
-      .def("set_facts",
-           [](Monitor& self, nb::handle facts) { self.set_facts(facts_from_dict(facts)); })
+      .def("collect_facts",
+           [](Monitor& self) {
+             system::Facts f;
+             {
+               nb::gil_scoped_release nogil;
+               f = system::collect();
+               self.set_facts(f);
+             }
+             return facts_to_dict(f);
+           },
+           "Reads this machine's facts (as collect_facts()), hands them to the analysis as "
+           "they are, and returns them as the dict the report's `system` section shows.")
       .def("set_data_storage",
            [](Monitor& self, nb::handle storage) {
              self.session().set_data_storage(storage_from_dict(storage));

@@ -73,14 +73,13 @@ class Watcher:
         return env
 
     def collect_facts(self) -> dict:
-        from .. import _ext
-
+        """The machine's facts, read in C++ and handed to the analysis there; the dict is
+        what the report's `system` section shows."""
         try:
-            self.facts = _ext.collect_facts()
+            self.facts = self.monitor.collect_facts()
         except Exception as e:  # facts are best effort: the analysis degrades, the job runs
             self.facts = {}
             self.notes_extra = [f"machine facts could not be read: {e}"]
-        self.monitor.set_facts(self.facts)
         return self.facts
 
     def start(self, root_pid: int) -> None:

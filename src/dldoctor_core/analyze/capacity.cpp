@@ -28,18 +28,17 @@ std::optional<Shortfall> shortfall(const LoaderView& l) noexcept {
   return Shortfall{*cap, busy_fraction(l)};
 }
 
-std::optional<CpuBoundFetch> cpu_bound_fetch(const JobView& job, const LoaderView& l,
-                                             bool oversubscribed) {
-  auto s = shortfall(l);
-  if (!s) return std::nullopt;
-  if (s->busy && *s->busy < kCpuBoundFraction) return std::nullopt;  // io_bound's
-  CpuBoundFetch c;
-  c.figures = fetch_figures(job, l, *s);
-  c.collate_share = l.collate_share;
-  c.oversubscribed = oversubscribed;
-  c.needed_workers = workers_for(s->capacity.demand_bps, s->capacity.fetch_s);
-  c.ceiling = cpu_worker_ceiling(job, l);
-  return c;
+std::vector<CpuBoundFetch> cpu_bound_fetches(const JobView& job, bool oversubscribed) {
+  std::vector<CpuBoundFetch> out;
+  for (const LoaderView& l : job.loaders) {
+    auto s = shortfall(l);
+    if (!s || (s->busy && *s->busy < kCpuBoundFraction)) continue;  // io_bound's
+    out.push_back({fetch_figures(job, l, *s), l.collate_share, l.config.custom_collate(),
+                   l.hot_functions, oversubscribed,
+                   workers_for(s->capacity.demand_bps, s->capacity.fetch_s),
+                   cpu_worker_ceiling(job, l)});
+  }
+  return out;
 }
 
 std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) noexcept {
@@ -50,24 +49,24 @@ std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) n
 }
 
 FetchFigures fetch_figures(const JobView& job, const LoaderView& l, const Shortfall& s) {
-  FetchFigures x;
-  x.loader = l.loader;
-  x.data_stall_fraction = l.data_stall_fraction.value_or(0);
-  x.num_workers = l.config.num_workers;
-  x.shortfall = s;
-  x.getitem_p50_ms = l.getitem_p50_ms;
-  x.getitem_p99_ms = l.getitem_p99_ms;
-  x.collate_p50_ms = l.collate_p50_ms;
-  x.fetch_p50_ms = l.fetch_p50_ms;
-  x.samples_per_batch = l.samples_per_batch;
-  x.consumer_batches_per_s = l.batches_per_s;
-  x.on_cpu_fraction = l.on_cpu_fraction;
-  x.worker_cpu_pct = l.fetchers.cpu_pct;
-  x.run_queue_delay_pct = l.fetchers.runq_delay_pct;
-  x.usable_cpus = job.usable_cpus();
-  x.total_workers = job.total_workers;
-  for (const LoaderView& o : job.loaders) x.configured_workers += std::max(0, o.config.num_workers);
-  return x;
+  int configured = 0;
+  for (const LoaderView& o : job.loaders) configured += std::max(0, o.config.num_workers);
+  return {.loader = l.loader,
+          .data_stall_fraction = l.data_stall_fraction.value_or(0),
+          .num_workers = l.config.num_workers,
+          .shortfall = s,
+          .getitem_p50_ms = l.getitem_p50_ms,
+          .getitem_p99_ms = l.getitem_p99_ms,
+          .collate_p50_ms = l.collate_p50_ms,
+          .fetch_p50_ms = l.fetch_p50_ms,
+          .samples_per_batch = l.samples_per_batch,
+          .consumer_batches_per_s = l.batches_per_s,
+          .on_cpu_fraction = l.on_cpu_fraction,
+          .worker_cpu_pct = l.fetchers.cpu_pct,
+          .run_queue_delay_pct = l.fetchers.runq_delay_pct,
+          .usable_cpus = job.usable_cpus(),
+          .total_workers = job.total_workers,
+          .configured_workers = configured};
 }
 
 std::string no_cpu_for_more_workers(const FetchFigures& x) {

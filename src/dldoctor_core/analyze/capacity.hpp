@@ -91,6 +91,8 @@ FetchFigures fetch_figures(const JobView& job, const LoaderView& l, const Shortf
 struct CpuBoundFetch {
   FetchFigures figures;
   std::optional<double> collate_share;  ///< collate time / fetch time
+  bool custom_collate = false;          ///< the loader's own collate_fn
+  std::vector<HotFunction> hot_functions;  ///< from sampled profiles, hottest first
   bool oversubscribed = false;  ///< too_many_workers is proven: cut the work per sample
   int needed_workers = 1;       ///< workers_for() the loop's demand
   std::optional<int> ceiling;   ///< cpu_worker_ceiling()
@@ -101,10 +103,9 @@ struct CpuBoundFetch {
                                                      : report::Severity::kCritical;
   }
 };
-/// Empty unless `l` stalls, its workers are short of demand and not mostly waiting (that is
-/// io_bound's).
-std::optional<CpuBoundFetch> cpu_bound_fetch(const JobView& job, const LoaderView& l,
-                                             bool oversubscribed);
+/// The loaders that stall with workers short of demand and not mostly waiting (that is
+/// io_bound's); `oversubscribed`: too_many_workers is proven.
+std::vector<CpuBoundFetch> cpu_bound_fetches(const JobView& job, bool oversubscribed);
 
 /// The num_workers the idle CPUs allow this loader (its count plus the spare cores);
 /// empty when no CPU is spare, the CPUs are contended, or the usable count is unknown.

@@ -1,6 +1,8 @@
 // The honest answer is "not the loader": the finding says so and prescribes nothing for it.
 #include "dldoctor_core/analyze/rules/main_process_bound.hpp"
 
+#include <algorithm>
+
 #include "dldoctor_core/analyze/data_bound.hpp"
 #include "dldoctor_core/analyze/process_reading.hpp"
 #include "dldoctor_core/analyze/text.hpp"
@@ -65,45 +67,39 @@ std::vector<AtHang> detect_at_hang(const watchdog::HangSnapshot& snapshot,
     int loader = effective_loader(p, context);
     ProcessReading r = read_process(p, context.find(loader));
     if (r.place != Place::kOutsideLoader) continue;
-    const auto& frames = p.stacks[size_t(r.thread)].frames;
-    AtHang e;
     // Info, not critical: it is not a loader problem.
-    e.rank = {report::Severity::kInfo, report::Tier::kHang, snapshot.stalled_s};
-    e.pid = p.pid;
-    e.stalled_s = snapshot.stalled_s;
-    for (size_t i = 0; i < frames.size() && i < kTopFramesShown; ++i)
-      e.top_frames.push_back(frames[i]);
-    e.wait = r.wait;
-    e.state = p.state;
-    e.wchan = p.wchan;
-    e.syscall = p.syscall;
-    e.cpu_share = r.cpu_share;
-    e.busy = r.busy;
-    out.push_back(std::move(e));
+    out.push_back({{report::Severity::kInfo, report::Tier::kHang, snapshot.stalled_s},
+                   Suspect{&p, std::move(r), loader},
+                   snapshot.stalled_s});
   }
   return out;
 }
 
+std::vector<watchdog::PyFrame> AtHang::top_frames() const {
+  const auto& frames = main.process->stacks[size_t(main.reading.thread)].frames;
+  return {frames.begin(), frames.begin() + std::ptrdiff_t(std::min(frames.size(), kTopFramesShown))};
+}
+
 report::Finding finding(const AtHang& e) {
+  const watchdog::ProcessCapture& p = *e.main.process;
+  const ProcessReading& r = e.main.reading;
+  const std::vector<watchdog::PyFrame> frames = e.top_frames();
   std::string top;
-  for (const watchdog::PyFrame& fr : e.top_frames)
-    top += (top.empty() ? "" : " <- ") + format_frame(fr);
+  for (const watchdog::PyFrame& fr : frames) top += (top.empty() ? "" : " <- ") + format_frame(fr);
   report::Finding f = report::make_finding("main_process_bound", -1, e.rank);
   f.title = "The training loop itself is stuck, not the DataLoader: the main process has "
             "asked for no batch for " + seconds(e.stalled_s) + " and sits in " +
-            (e.top_frames.empty() ? std::string("code outside the loader")
-                                  : format_frame(e.top_frames.front()));
-  f.add("pid", double(e.pid));
+            (frames.empty() ? std::string("code outside the loader") : format_frame(frames.front()));
+  f.add("pid", double(p.pid));
   f.add("stalled_s", e.stalled_s);
   f.add("top_frames", top);
-  if (!e.top_frames.empty() && !e.top_frames.front().code.empty())
-    f.add("top_code", e.top_frames.front().code);
-  if (!e.wait.empty()) f.add("wait", e.wait);
-  if (!e.state.empty()) f.add("state", e.state);
-  if (!e.wchan.empty()) f.add("wchan", e.wchan);
-  if (!e.syscall.empty()) f.add("syscall", e.syscall);
-  if (e.cpu_share) f.add("cpu_share_since_stall", *e.cpu_share);
-  f.fix = std::string(e.busy ? "The main process is computing" : "The main process is blocked") +
+  if (!frames.empty() && !frames.front().code.empty()) f.add("top_code", frames.front().code);
+  if (!r.wait.empty()) f.add("wait", r.wait);
+  if (!p.state.empty()) f.add("state", p.state);
+  if (!p.wchan.empty()) f.add("wchan", p.wchan);
+  if (!p.syscall.empty()) f.add("syscall", p.syscall);
+  if (r.cpu_share) f.add("cpu_share_since_stall", *r.cpu_share);
+  f.fix = std::string(r.busy ? "The main process is computing" : "The main process is blocked") +
           " in the code above, outside the DataLoader: debug that step (a collective waiting "
           "for another rank, a lock, input(), a device sync); no loader setting will help.";
   f.why =

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "dldoctor_core/analyze/hang_evidence.hpp"
 #include "dldoctor_core/analyze/view.hpp"
 #include "dldoctor_core/report/finding.hpp"
 #include "dldoctor_core/watchdog/hang.hpp"
@@ -40,12 +41,10 @@ report::Finding finding(const Evidence& e);
 /// At a hang: a main process whose stack is outside the DataLoader.
 struct AtHang {
   report::Rank rank;
-  int pid = 0;
+  Suspect main;  ///< the process (a pointer into the snapshot) and its reading
   double stalled_s = 0;
-  std::vector<watchdog::PyFrame> top_frames;  ///< at most kTopFramesShown, most recent first
-  std::string wait, state, wchan, syscall;
-  std::optional<double> cpu_share;
-  bool busy = false;
+  /// Its most recent frames, at most kTopFramesShown, most recent first.
+  std::vector<watchdog::PyFrame> top_frames() const;
 };
 /// One per main process outside the loader; call it only when no worker rule found a stuck
 /// or dead worker.

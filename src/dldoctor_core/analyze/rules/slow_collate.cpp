@@ -24,16 +24,11 @@ std::string cheaper_collate_advice(bool custom_collate) {
 std::vector<Evidence> detect(const JobView& job) {
   const auto over = oversubscription(job);
   std::vector<Evidence> out;
-  for (const LoaderView& l : job.loaders) {
-    auto c = cpu_bound_fetch(job, l, over && over->proven);
-    if (!c || !c->collate_share || *c->collate_share < kCollateShare) continue;  // getitem's
-    Evidence e;
-    e.collate_share = *c->collate_share;
-    e.rank = {c->severity(), report::Tier::kMeasure,
-              c->figures.data_stall_fraction * e.collate_share};
-    e.fetch = std::move(*c);
-    e.custom_collate = l.config.custom_collate();
-    out.push_back(std::move(e));
+  for (CpuBoundFetch& c : cpu_bound_fetches(job, over && over->proven)) {
+    if (!c.collate_share || *c.collate_share < kCollateShare) continue;  // slow_getitem's
+    const double share = *c.collate_share;
+    const double score = c.figures.data_stall_fraction * share;
+    out.push_back({{c.severity(), report::Tier::kMeasure, score}, std::move(c), share});
   }
   return out;
 }
@@ -62,10 +57,10 @@ report::Finding finding(const Evidence& e) {
             (needed <= *ceiling
                  ? ": " + std::to_string(n) + " workers supply " + num(n / c.fetch_s) +
                        " batches/s, above the loop's " + num(c.demand_bps) + "; then " +
-                       cheaper_collate_advice(e.custom_collate)
-                 : ", all the idle CPUs allow, and " + cheaper_collate_advice(e.custom_collate));
+                       cheaper_collate_advice(e.fetch.custom_collate)
+                 : ", all the idle CPUs allow, and " + cheaper_collate_advice(e.fetch.custom_collate));
   } else {
-    f.fix = no_cpu_for_more_workers(x) + cheaper_collate_advice(e.custom_collate);
+    f.fix = no_cpu_for_more_workers(x) + cheaper_collate_advice(e.fetch.custom_collate);
   }
   f.why = "The main process waits " + num(stall * 100) +
           "% of the loop for batches; the workers are busy on CPU for " +

@@ -13,7 +13,6 @@ struct Evidence {
   report::Rank rank;
   CpuBoundFetch fetch;
   double collate_share = 0;
-  bool custom_collate = false;  ///< the loader's own collate_fn, not torch's default
 };
 /// One per loader whose CPU-bound fetch is mostly collate_fn.
 std::vector<Evidence> detect(const JobView& job);

@@ -25,18 +25,11 @@ std::string cheaper_getitem_advice(const std::vector<HotFunction>& hot) {
 std::vector<Evidence> detect(const JobView& job) {
   const auto over = oversubscription(job);
   std::vector<Evidence> out;
-  for (const LoaderView& l : job.loaders) {
-    auto c = cpu_bound_fetch(job, l, over && over->proven);
-    if (!c) continue;
-    const double collate = c->collate_share.value_or(0);
+  for (CpuBoundFetch& c : cpu_bound_fetches(job, over && over->proven)) {
+    const double collate = c.collate_share.value_or(0);
     if (collate >= kCollateShare) continue;  // slow_collate's
-    Evidence e;
-    e.rank = {c->severity(), report::Tier::kMeasure,
-              c->figures.data_stall_fraction * (1.0 - collate)};
-    e.fetch = std::move(*c);
-    e.collate_share = collate;
-    e.hot_functions = l.hot_functions;
-    out.push_back(std::move(e));
+    const double score = c.figures.data_stall_fraction * (1.0 - collate);
+    out.push_back({{c.severity(), report::Tier::kMeasure, score}, std::move(c), collate});
   }
   return out;
 }
@@ -54,7 +47,7 @@ report::Finding finding(const Evidence& e) {
                             (c.fetch_processes == 1 ? " supplies " : " supply ")) +
             num(c.capacity_bps) + " batches/s, the loop wants " + num(c.demand_bps) + ")";
   add_fetch_evidence(f, x);
-  if (!e.hot_functions.empty()) f.add("hot_functions", hot_functions_text(e.hot_functions));
+  if (!e.fetch.hot_functions.empty()) f.add("hot_functions", hot_functions_text(e.fetch.hot_functions));
 
   const int needed = e.fetch.needed_workers;
   const std::optional<int>& ceiling = e.fetch.ceiling;
@@ -72,10 +65,10 @@ report::Finding finding(const Evidence& e) {
       f.add("recommended_num_workers", double(*ceiling));
       f.fix = "Set num_workers=" + std::to_string(*ceiling) + " (now " + std::to_string(now) +
               "), all the idle CPUs allow (" + std::to_string(needed) +
-              " would be needed), and " + cheaper_getitem_advice(e.hot_functions);
+              " would be needed), and " + cheaper_getitem_advice(e.fetch.hot_functions);
     }
   } else {
-    f.fix = no_cpu_for_more_workers(x) + cheaper_getitem_advice(e.hot_functions);
+    f.fix = no_cpu_for_more_workers(x) + cheaper_getitem_advice(e.fetch.hot_functions);
   }
   f.why = "The main process waits " + num(stall * 100) +
           "% of the loop for batches while the workers " +

@@ -13,8 +13,7 @@ namespace dldoctor::analyze::slow_getitem {
 struct Evidence {
   report::Rank rank;
   CpuBoundFetch fetch;
-  double collate_share = 0;              ///< the rest of the fetch is __getitem__
-  std::vector<HotFunction> hot_functions;  ///< from sampled profiles, hottest first
+  double collate_share = 0;  ///< the rest of the fetch is __getitem__
 };
 /// One per loader whose CPU-bound fetch is mostly __getitem__.
 std::vector<Evidence> detect(const JobView& job);
