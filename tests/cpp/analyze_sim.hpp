@@ -7,12 +7,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
-
-#include <memory>
 
 #include "dldoctor_core/analyze/session.hpp"
 
@@ -22,9 +21,9 @@ inline constexpr int64_t kMs = 1'000'000;
 inline constexpr int64_t kS = 1'000'000'000;
 inline constexpr int64_t kT0 = 1000 * kS;  // a CLOCK_MONOTONIC-like origin
 
-inline trace::Event event(trace::EventKind kind, int pid, int64_t t, uint16_t loader,
-                          int worker, int index, uint32_t count, int64_t v0, int64_t v1 = 0,
-                          int64_t v2 = 0, int64_t v3 = 0, uint8_t flags = 0) {
+inline trace::Event event(trace::EventKind kind, int pid, int64_t t, uint16_t loader, int worker,
+                          int index, uint32_t count, int64_t v0, int64_t v1 = 0, int64_t v2 = 0,
+                          int64_t v3 = 0, uint8_t flags = 0) {
   trace::Event e;
   e.kind = kind;
   e.pid = uint32_t(pid);
@@ -48,14 +47,14 @@ struct Loader {
   int batch_size = 32;
   int prefetch_factor = 2;
   uint8_t flags = trace::kInOrder;
-  double fetch_ms = 10;                 ///< per batch, per worker (getitem + collate)
+  double fetch_ms = 10;  ///< per batch, per worker (getitem + collate)
   double collate_ms = 1;
   std::optional<double> on_cpu = 0.95;  ///< share of the fetch on CPU; empty: unknown (-1)
   double step_ms = 20;                  ///< the consumer's own time per batch
   std::optional<double> wait_ms;        ///< overrides the modelled wait per batch
   int main_pid = 1000;
   int worker_pid0 = 2000;
-  double jitter = 0.2;                  ///< ± share of getitem varied deterministically
+  double jitter = 0.2;  ///< ± share of getitem varied deterministically
 
   int worker_pid(int w) const { return num_workers > 0 ? worker_pid0 + w : main_pid; }
   /// The wait per batch a pipeline of these figures shows.
@@ -75,8 +74,8 @@ inline int64_t feed(Session& s, const Loader& l, int64_t t0, double seconds,
                    l.num_workers ? l.prefetch_factor : 0, uint32_t(l.batch_size), 0, l.main_pid,
                    int64_t(trace::StartMethod::kFork), 0, l.flags));
     for (int w = 0; w < l.num_workers; ++w)
-      s.ingest(event(trace::EventKind::kWorkerStart, l.worker_pid(w), t0, l.id, w, -1, 0,
-                     l.main_pid));
+      s.ingest(
+          event(trace::EventKind::kWorkerStart, l.worker_pid(w), t0, l.id, w, -1, 0, l.main_pid));
   }
   static constexpr double kPattern[] = {-1, -0.5, 0, 0.5, 1};
   const int64_t end = t0 + int64_t(seconds * kS);
@@ -92,8 +91,8 @@ inline int64_t feed(Session& s, const Loader& l, int64_t t0, double seconds,
     const int worker = l.num_workers ? i % l.num_workers : -1;
     s.ingest(event(trace::EventKind::kWorkerBatch, l.worker_pid(std::max(worker, 0)),
                    handed - fetch, l.id, worker, i, uint32_t(l.batch_size), fetch,
-                   int64_t(l.collate_ms * kMs),
-                   l.on_cpu ? int64_t(*l.on_cpu * double(fetch)) : -1, 1 << 20));
+                   int64_t(l.collate_ms * kMs), l.on_cpu ? int64_t(*l.on_cpu * double(fetch)) : -1,
+                   1 << 20));
     s.ingest(event(trace::EventKind::kMainBatch, l.main_pid, t, l.id, -1, i, 0, w_ns,
                    first ? -1 : int64_t(l.step_ms * kMs), -1));
     t = handed + int64_t(l.step_ms * kMs);
@@ -197,8 +196,7 @@ struct Run {
 
 /// 20 s of `l` with passes of `ps`, analysed over the whole run and the last 10 s.
 inline std::unique_ptr<Run> run(const Loader& l, const std::vector<Proc>& ps,
-                                std::optional<double> usable,
-                                const sample::MachineSample& m = {},
+                                std::optional<double> usable, const sample::MachineSample& m = {},
                                 std::vector<HotFunction> hot = {}) {
   auto r = std::make_unique<Run>();
   r->s.set_facts(facts(usable));
@@ -279,13 +277,12 @@ inline ErrorNote error(std::string message, ErrorSource src = ErrorSource::kWork
 
 /// The main process's kWorkerDied event: exit code `code` or signal `sig` of worker `worker`.
 inline trace::Event died(int worker, int pid, int64_t code, int64_t sig, uint16_t loader = 0) {
-  return event(trace::EventKind::kWorkerDied, 1000, kT0 + 6 * kS, loader, worker, -1, 0, code,
-               sig, pid);
+  return event(trace::EventKind::kWorkerDied, 1000, kT0 + 6 * kS, loader, worker, -1, 0, code, sig,
+               pid);
 }
 
 /// The job's runtime facts at its loader's start: its fd limit and sharing strategy.
-inline RuntimeNote runtime(std::optional<int64_t> soft,
-                           std::string strategy = "file_descriptor") {
+inline RuntimeNote runtime(std::optional<int64_t> soft, std::string strategy = "file_descriptor") {
   RuntimeNote r;
   r.loader = 0;
   r.pid = 1000;

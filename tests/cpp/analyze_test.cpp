@@ -5,9 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <thread>
-
 #include <csignal>
+#include <thread>
 
 #include "analyze_sim.hpp"
 #include "dldoctor_core/analyze/text.hpp"
@@ -208,8 +207,8 @@ TEST(AnalyzeSession, WorkerDiedNamesThePid) {
   next.worker_pid0 = 5000;  // epoch 2: the same worker ids, new pids
   feed(s, next, kT0 + 3 * kS, 20);
   // The death of epoch 1's worker 1 is seen late; its pid says which process it was.
-  s.ingest(event(trace::EventKind::kWorkerDied, l.main_pid, kT0 + 3500 * kMs, 0, 1, -1, 0, -1,
-                 9, 2001));
+  s.ingest(
+      event(trace::EventKind::kWorkerDied, l.main_pid, kT0 + 3500 * kMs, 0, 1, -1, 0, -1, 9, 2001));
   const JobView v = s.view(kT0 + 23 * kS, Window::kRecent);
   EXPECT_EQ(*v.total_workers, 2);
   EXPECT_EQ(v.loaders.at(0).worker_pids, (std::vector<int>{5000, 5001}));
@@ -222,7 +221,7 @@ TEST(AnalyzeSession, LongFastStreamKeepsBoundedStateAndExactTotals) {
   l.num_workers = 1;
   l.fetch_ms = 0.2;
   l.collate_ms = 0.05;
-  l.step_ms = 0.1;  // 5,000 batches/s, the tiny-batch worst case
+  l.step_ms = 0.1;                          // 5,000 batches/s, the tiny-batch worst case
   const int64_t end = feed(s, l, kT0, 40);  // 200,000 batches
   const auto sums = s.loaders();
   EXPECT_NEAR(double(sums[0].batches), 200000, 10);

@@ -60,7 +60,8 @@ Current thread 0x00007fab24605b80 (most recent call first):
 )";
 
 // Recorded: a forked worker blocked in `with lock:` inside collate_fn my_collate.
-inline constexpr const char* kWorkerInCollate = R"(Current thread 0x00007fab24605b80 (most recent call first):
+inline constexpr const char* kWorkerInCollate =
+    R"(Current thread 0x00007fab24605b80 (most recent call first):
   File "/tmp/wd_rec/rec.py", line 14 in my_collate
   File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py", line 57 in fetch
   File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/_utils/worker.py", line 374 in _worker_loop
@@ -114,7 +115,8 @@ Current thread 0x00007f955c61db80 (most recent call first):
 )";
 
 // Recorded: a worker in the dataset's __getitem__ waiting on threading.Event().wait().
-inline constexpr const char* kWorkerInGetitem = R"(Current thread 0x00007f955c61db80 (most recent call first):
+inline constexpr const char* kWorkerInGetitem =
+    R"(Current thread 0x00007f955c61db80 (most recent call first):
   File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 327 in wait
   File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 629 in wait
   File "/tmp/wd_rec/rec.py", line 11 in __getitem__
@@ -127,7 +129,8 @@ inline constexpr const char* kWorkerInGetitem = R"(Current thread 0x00007f955c61
 )";
 
 // The training loop stuck outside the loader (a step waiting on a lock).
-inline constexpr const char* kMainInStep = R"(Current thread 0x00007f955c61db80 (most recent call first):
+inline constexpr const char* kMainInStep =
+    R"(Current thread 0x00007f955c61db80 (most recent call first):
   File "/home/u/train.py", line 41 in sync_step
   File "/home/u/train.py", line 57 in train
   File "/home/u/train.py", line 80 in <module>
@@ -163,8 +166,7 @@ inline wd::HangSnapshot snapshot(std::vector<wd::ProcessCapture> processes) {
   return s;
 }
 
-inline wd::HangContext context(std::string start_method,
-                               std::optional<int> threads_at_fork = {}) {
+inline wd::HangContext context(std::string start_method, std::optional<int> threads_at_fork = {}) {
   wd::LoaderContext l;
   l.loader = 0;
   l.num_workers = 2;

@@ -25,8 +25,8 @@
 #include "dldoctor_core/sample/schedstat.hpp"
 #include "dldoctor_core/sample/smaps_rollup.hpp"
 #include "dldoctor_core/sample/stat.hpp"
-#include "dldoctor_core/sample/thread_pools.hpp"
 #include "dldoctor_core/sample/status.hpp"
+#include "dldoctor_core/sample/thread_pools.hpp"
 #include "dldoctor_core/sample/vmstat.hpp"
 #include "dldoctor_core/sample/wchan.hpp"
 
@@ -126,8 +126,8 @@ TEST(SampleStatus, KernelThreadHasNoRss) {
 }
 
 TEST(SampleIo, ParsesAndCutShort) {
-  auto io = parse_io(
-      "rchar: 6976\nwchar: 0\nsyscr: 10\nsyscw: 0\nread_bytes: 4096\nwrite_bytes: 0\n");
+  auto io =
+      parse_io("rchar: 6976\nwchar: 0\nsyscr: 10\nsyscw: 0\nread_bytes: 4096\nwrite_bytes: 0\n");
   EXPECT_EQ(io.rchar, 6976);
   EXPECT_EQ(io.read_bytes, 4096);
   auto cut = parse_io("rchar: 6976\nwchar: 0\nsys");
@@ -182,10 +182,10 @@ TEST(SampleVmstat, SwapCounters) {
 }
 
 TEST(SamplePressure, SomeAvg10) {
-  EXPECT_DOUBLE_EQ(*parse_pressure_some_avg10(
-                       "some avg10=1.35 avg60=2.56 avg300=1.55 total=7058490\n"
-                       "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"),
-                   1.35);
+  EXPECT_DOUBLE_EQ(
+      *parse_pressure_some_avg10("some avg10=1.35 avg60=2.56 avg300=1.55 total=7058490\n"
+                                 "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"),
+      1.35);
   EXPECT_FALSE(parse_pressure_some_avg10("full avg10=3.00 avg60=0.00\n"));
   EXPECT_FALSE(parse_pressure_some_avg10("some avg10=\n"));
 }
@@ -198,8 +198,8 @@ TEST(SampleField, Overflow) {
 
 TEST(SampleTree, RootFirstThenBreadthFirst) {
   // 1 -> 10 -> {30, 20}; 20 -> 40; 50 unrelated; 60 is an extra root with child 61.
-  std::vector<std::pair<int, int>> pp = {{1, 0},   {10, 1},  {30, 10}, {20, 10},
-                                         {40, 20}, {50, 1},  {60, 50}, {61, 60}};
+  std::vector<std::pair<int, int>> pp = {{1, 0},   {10, 1}, {30, 10}, {20, 10},
+                                         {40, 20}, {50, 1}, {60, 50}, {61, 60}};
   EXPECT_EQ(tree_order({10}, pp), (std::vector<int>{10, 20, 30, 40}));
   EXPECT_EQ(tree_order({10, 60, 20}, pp), (std::vector<int>{10, 20, 30, 40, 60, 61}));
   EXPECT_EQ(tree_order({999}, pp), std::vector<int>{});
@@ -232,8 +232,8 @@ TEST(SampleProcFile, KeptOpenAndBudget) {
 
 TEST(SampleProcFile, SpareHalf) {
   FdBudget budget(4);
-  EXPECT_TRUE(budget.take_spare());   // 3 left
-  EXPECT_TRUE(budget.take_spare());   // 2 left: no longer more than half
+  EXPECT_TRUE(budget.take_spare());  // 3 left
+  EXPECT_TRUE(budget.take_spare());  // 2 left: no longer more than half
   EXPECT_FALSE(budget.take_spare());
   EXPECT_TRUE(budget.take());
   EXPECT_TRUE(budget.take());

@@ -1,10 +1,11 @@
 // How a report is decided: severity, then tier, then score; the verdict is the top critical
 // finding; a hang's diagnosis merged with the run's findings, a lost batch leading the hang
 // it caused; "unknown" when there was nothing to diagnose.
+#include "dldoctor_core/analyze/verdict.hpp"
+
 #include <gtest/gtest.h>
 
 #include "analyze_sim.hpp"
-#include "dldoctor_core/analyze/verdict.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -56,14 +57,14 @@ TEST(AnalyzeVerdict, TierRanksBeforeScoreWithinASeverity) {
       finding("fd_limit", kWarning, report::Tier::kMeasure, 0.8),
   };
   order_findings(fs);
-  EXPECT_EQ(sim::ids(fs),
-            (std::vector<std::string>{"collate_deadlock", "worker_hang", "shm_exhausted",
-                                      "worker_died", "slow_getitem", "fd_limit",
-                                      "main_process_bound"}));
+  EXPECT_EQ(sim::ids(fs), (std::vector<std::string>{"collate_deadlock", "worker_hang",
+                                                    "shm_exhausted", "worker_died", "slow_getitem",
+                                                    "fd_limit", "main_process_bound"}));
   EXPECT_EQ(verdict(fs), "collate_deadlock");
   // Equal tier and score keep the rules' order.
-  std::vector<report::Finding> tie = {finding("shm_exhausted", kCritical, report::Tier::kFailure, 0),
-                                      finding("cuda_oom", kCritical, report::Tier::kFailure, 0)};
+  std::vector<report::Finding> tie = {
+      finding("shm_exhausted", kCritical, report::Tier::kFailure, 0),
+      finding("cuda_oom", kCritical, report::Tier::kFailure, 0)};
   order_findings(tie);
   EXPECT_EQ(sim::ids(tie), (std::vector<std::string>{"shm_exhausted", "cuda_oom"}));
 }
@@ -90,14 +91,16 @@ TEST(AnalyzeVerdict, ABatchLostByAWorkerLeadsTheHangItCaused) {
   lost.add(kBatchesLost, 1.0);
   lost.why = "Why.";
   auto kept = finding("fd_limit", kCritical, report::Tier::kFailure, 0);  // lost nothing
-  std::vector<report::Finding> hang = {finding("worker_hang", kCritical, report::Tier::kHangAwaited, 9)};
+  std::vector<report::Finding> hang = {
+      finding("worker_hang", kCritical, report::Tier::kHangAwaited, 9)};
   auto fs = with_hang({lost, kept}, hang);
   EXPECT_EQ(sim::ids(fs), (std::vector<std::string>{"shm_exhausted", "worker_hang", "fd_limit"}));
   EXPECT_EQ(fs[0].tier, report::Tier::kLostBatchHang);
   EXPECT_NE(fs[0].why.find("The hang is its consequence"), std::string::npos) << fs[0].why;
   EXPECT_EQ(verdict(fs), "shm_exhausted");
   // Without a critical hang finding (the main process stuck elsewhere), nothing is promoted.
-  std::vector<report::Finding> info = {finding("main_process_bound", kInfo, report::Tier::kHang, 9)};
+  std::vector<report::Finding> info = {
+      finding("main_process_bound", kInfo, report::Tier::kHang, 9)};
   auto calm = with_hang({lost}, info);
   EXPECT_EQ(calm[0].tier, report::Tier::kFailure);
   EXPECT_EQ(calm[0].why, "Why.");

@@ -2,6 +2,8 @@
 // workers (hang_sim.hpp) fed to the parser, the /proc probe on real processes, and the
 // watchdog's timeout and once-per-stall logic. The hang rules that read a capture are tested
 // per finding id in tests/cpp/rules/.
+#include "dldoctor_core/watchdog/watchdog.hpp"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,14 +13,12 @@
 #include <mutex>
 #include <thread>
 
+#include "dldoctor_core/analyze/rules.hpp"
 #include "dldoctor_core/common/clock.hpp"
 #include "dldoctor_core/common/error.hpp"
-#include "dldoctor_core/analyze/rules.hpp"
 #include "dldoctor_core/watchdog/proc_probe.hpp"
 #include "dldoctor_core/watchdog/stack.hpp"
 #include "dldoctor_core/watchdog/syscall_name.hpp"
-#include "dldoctor_core/watchdog/watchdog.hpp"
-
 #include "hang_sim.hpp"
 
 namespace wd = dldoctor::watchdog;
@@ -26,9 +26,7 @@ using dldoctor::report::Finding;
 using dldoctor::report::Severity;
 using namespace dldoctor::analyze::hang_sim;
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 // ---- faulthandler parser -----------------------------------------------------------------
 
@@ -63,7 +61,8 @@ TEST(WatchdogStackParse, TruncatedMidLineAndAfterHeader) {
   EXPECT_EQ(threads[0].frames[1].function, "fetch");
 
   // Cut right after a header line: a thread with no frames yet.
-  std::string two = std::string(kWorkerInCollate) + "\nThread 0x00007fab0253e6c0 (most recent call first):\n";
+  std::string two =
+      std::string(kWorkerInCollate) + "\nThread 0x00007fab0253e6c0 (most recent call first):\n";
   threads = wd::parse_faulthandler(two);
   ASSERT_EQ(threads.size(), 2u);
   EXPECT_FALSE(threads[0].truncated);
@@ -132,8 +131,7 @@ TEST(WatchdogProbe, SyscallNamesPerArch) {
 
 TEST(WatchdogProbe, ParsesSyscallFile) {
   wd::ProcessProbe p;
-  wd::parse_proc_syscall(
-      "202 0x7f1c 0x80 0x0 0x0 0x0 0x0 0x7ffd4a 0x7f1c2a\n", p);
+  wd::parse_proc_syscall("202 0x7f1c 0x80 0x0 0x0 0x0 0x0 0x7ffd4a 0x7f1c2a\n", p);
   EXPECT_EQ(p.syscall_nr, wd::native_arch() == wd::Arch::kX86_64 ? 202 : 202);
   ASSERT_EQ(p.syscall_args.size(), 6u);
   EXPECT_EQ(p.syscall_args[1], 0x80u);
@@ -152,7 +150,8 @@ TEST(WatchdogProbe, ParsesSyscallFile) {
 TEST(WatchdogProbe, ParsesStatWithOddCommAndZombieStatus) {
   // comm with a space and a ')' inside; zombie killed by SIGKILL (status 9 in field 52).
   std::string fields;
-  for (int k = 4; k <= 51; ++k) fields += (k == 14 ? " 150" : k == 15 ? " 50" : k == 20 ? " 3" : " 0");
+  for (int k = 4; k <= 51; ++k)
+    fields += (k == 14 ? " 150" : k == 15 ? " 50" : k == 20 ? " 3" : " 0");
   std::string stat = "42 (py ) worker) Z" + fields + " 9\n";
   wd::ProcessProbe p;
   ASSERT_TRUE(wd::parse_proc_stat(stat, p));
@@ -223,11 +222,12 @@ TEST(WatchdogProbe, DescribesWaitFunctions) {
 
 TEST(WatchdogTimeout, AdaptiveAndOverride) {
   EXPECT_EQ(wd::adaptive_timeout_s(std::nullopt), 60);
-  EXPECT_EQ(wd::adaptive_timeout_s(int64_t(3e9)), 60);       // 10 x 3 s < 60 s
-  EXPECT_EQ(wd::adaptive_timeout_s(int64_t(6e9)), 60);       // the edge: exactly 60
+  EXPECT_EQ(wd::adaptive_timeout_s(int64_t(3e9)), 60);  // 10 x 3 s < 60 s
+  EXPECT_EQ(wd::adaptive_timeout_s(int64_t(6e9)), 60);  // the edge: exactly 60
   EXPECT_DOUBLE_EQ(wd::adaptive_timeout_s(int64_t(6.5e9)), 65);
 
-  wd::Watchdog dog({}, [] { return wd::WatchState{}; }, dldoctor::analyze::classify_hang);
+  wd::Watchdog dog(
+      {}, [] { return wd::WatchState{}; }, dldoctor::analyze::classify_hang);
   EXPECT_EQ(dog.timeout_s(), 60);
   EXPECT_FALSE(dog.p99_inter_batch_ns().has_value());
   for (int s = 1; s <= 100; ++s) dog.note_inter_batch_ns(int64_t(s) * 1'000'000'000);
@@ -249,12 +249,13 @@ TEST(WatchdogCheck, OncePerStallAndRearmsOnBatch) {
   state.loader_active = true;
   state.processes.push_back({getpid(), -1, -1, {}, {}});
   std::vector<double> stalls;
-  wd::WatchdogOptions opts;  // run_dir empty: no signals, kernel view only
+  wd::WatchdogOptions opts;    // run_dir empty: no signals, kernel view only
   opts.min_cpu_window_ns = 0;  // fake clock: do not wait for real CPU time
-  wd::Watchdog dog(opts, [&] { return state; }, dldoctor::analyze::classify_hang,
-                   [&](const wd::HangSnapshot& s, const std::vector<Finding>&) {
-                     stalls.push_back(s.stalled_s);
-                   });
+  wd::Watchdog dog(
+      opts, [&] { return state; }, dldoctor::analyze::classify_hang,
+      [&](const wd::HangSnapshot& s, const std::vector<Finding>&) {
+        stalls.push_back(s.stalled_s);
+      });
   dog.note_batch(t0);
   EXPECT_FALSE(dog.check(t0 + int64_t(59.9e9)));
   EXPECT_TRUE(dog.check(t0 + int64_t(60e9)));
@@ -285,7 +286,8 @@ TEST(WatchdogCheck, NoBatchYetCountsFromIteratorStart) {
   state.active_since_ns = t0;
   wd::WatchdogOptions opts;
   opts.min_cpu_window_ns = 0;
-  wd::Watchdog dog(opts, [&] { return state; }, dldoctor::analyze::classify_hang);
+  wd::Watchdog dog(
+      opts, [&] { return state; }, dldoctor::analyze::classify_hang);
   dog.set_timeout_override(10.0);
   EXPECT_FALSE(dog.check(t0 + int64_t(9e9)));
   EXPECT_TRUE(dog.check(t0 + int64_t(10e9)));
@@ -304,12 +306,13 @@ TEST(WatchdogThread, ReportsWithinTimeoutPlusTwoSeconds) {
   state.last_batch_ns = start;
   wd::WatchdogOptions opts;
   opts.timeout_override_s = 0.3;
-  wd::Watchdog dog(opts, [&] { return state; }, dldoctor::analyze::classify_hang,
-                   [&](const wd::HangSnapshot&, const std::vector<Finding>&) {
-                     std::lock_guard lock(mu);
-                     reported = dldoctor::now_ns();
-                     cv.notify_all();
-                   });
+  wd::Watchdog dog(
+      opts, [&] { return state; }, dldoctor::analyze::classify_hang,
+      [&](const wd::HangSnapshot&, const std::vector<Finding>&) {
+        std::lock_guard lock(mu);
+        reported = dldoctor::now_ns();
+        cv.notify_all();
+      });
   dog.start();
   EXPECT_THROW(dog.start(), dldoctor::Error);
   {
@@ -338,7 +341,8 @@ TEST(WatchdogCheck, LateStallWaitsForACpuWindow) {
   state.processes.push_back({getpid(), -1, -1, {}, {}});
   wd::WatchdogOptions opts;
   opts.min_cpu_window_ns = 200'000'000;
-  wd::Watchdog dog(opts, [&] { return state; }, dldoctor::analyze::classify_hang);
+  wd::Watchdog dog(
+      opts, [&] { return state; }, dldoctor::analyze::classify_hang);
   ASSERT_TRUE(dog.check(now));
   auto snap = dog.last_snapshot();
   ASSERT_TRUE(snap.has_value());
@@ -362,7 +366,8 @@ TEST(WatchdogCheck, BusyWorkersWithNothingStuckAreSlowNotHung) {
   wd::WatchdogOptions opts;
   opts.timeout_override_s = 0.2;
   opts.min_cpu_window_ns = 300'000'000;
-  wd::Watchdog dog(opts, [&] { return state; }, dldoctor::analyze::classify_hang);
+  wd::Watchdog dog(
+      opts, [&] { return state; }, dldoctor::analyze::classify_hang);
   EXPECT_FALSE(dog.check(t0 + int64_t(0.1e9)));  // marks the CPU at the stall's start
   EXPECT_FALSE(dog.check(dldoctor::now_ns() + int64_t(0.5e9)));  // due, but the worker works
   EXPECT_EQ(dog.hangs(), 0);

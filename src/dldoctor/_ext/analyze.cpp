@@ -8,13 +8,13 @@
 #include <string>
 
 #include "analyze_convert.hpp"
-#include "optional.hpp"
 #include "dldoctor_core/analyze/capacity.hpp"
 #include "dldoctor_core/analyze/memory.hpp"
 #include "dldoctor_core/analyze/rules/fd_limit.hpp"
 #include "dldoctor_core/analyze/rules/io_bound.hpp"
 #include "dldoctor_core/analyze/rules/shm_exhausted.hpp"
 #include "dldoctor_core/common/error.hpp"
+#include "optional.hpp"
 #include "register.hpp"
 
 namespace nb = nanobind;
@@ -35,10 +35,14 @@ int64_t to_int(nb::handle v, const char* what) {
 
 const char* start_method_name(trace::StartMethod m) {
   switch (m) {
-    case trace::StartMethod::kFork: return "fork";
-    case trace::StartMethod::kSpawn: return "spawn";
-    case trace::StartMethod::kForkserver: return "forkserver";
-    default: return nullptr;
+    case trace::StartMethod::kFork:
+      return "fork";
+    case trace::StartMethod::kSpawn:
+      return "spawn";
+    case trace::StartMethod::kForkserver:
+      return "forkserver";
+    default:
+      return nullptr;
   }
 }
 
@@ -223,11 +227,12 @@ system::StorageFacts storage_from_dict(nb::handle d) {
 
 trace::Event event_from_tuple(nb::handle t) {
   if (!(nb::isinstance<nb::tuple>(t) || nb::isinstance<nb::list>(t)) || nb::len(t) != 12)
-    throw Error("an event must be the 12-tuple (kind, pid, t_ns, flags, loader, worker, index, "
-                "count, v0, v1, v2, v3), got " +
-                (nb::isinstance<nb::tuple>(t) || nb::isinstance<nb::list>(t)
-                     ? "a sequence of " + std::to_string(nb::len(t))
-                     : py_type(t)));
+    throw Error(
+        "an event must be the 12-tuple (kind, pid, t_ns, flags, loader, worker, index, "
+        "count, v0, v1, v2, v3), got " +
+        (nb::isinstance<nb::tuple>(t) || nb::isinstance<nb::list>(t)
+             ? "a sequence of " + std::to_string(nb::len(t))
+             : py_type(t)));
   static constexpr const char* kNames[] = {"kind",  "pid",   "t_ns", "flags", "loader", "worker",
                                            "index", "count", "v0",   "v1",    "v2",     "v3"};
   int64_t x[12];
@@ -304,8 +309,7 @@ sample::Snapshot snapshot_from_dict(nb::handle d) {
 
 analyze::HotFunction hot_function_from_dict(nb::handle d) {
   if (!nb::isinstance<nb::dict>(d))
-    throw Error("a hot function must be a dict with 'name' and 'cumulative_ms', got " +
-                py_type(d));
+    throw Error("a hot function must be a dict with 'name' and 'cumulative_ms', got " + py_type(d));
   const char* w = "hot function";
   analyze::HotFunction h;
   h.name = read_str(d, "name", w);
@@ -392,8 +396,8 @@ void register_analyze(nb::module_& m) {
             std::vector<report::Finding> fs;
             {
               nb::gil_scoped_release release;
-              fs = s.findings(now_ns, whole_run ? analyze::Window::kWholeRun
-                                                : analyze::Window::kRecent);
+              fs = s.findings(now_ns,
+                              whole_run ? analyze::Window::kWholeRun : analyze::Window::kRecent);
             }
             return findings_to_list(fs);
           },
@@ -407,8 +411,7 @@ void register_analyze(nb::module_& m) {
             for (nb::handle f : findings) fs.push_back(finding_from_dict(f));
             return Session::verdict(fs);
           },
-          nb::arg("findings"),
-          "The id of the most important critical finding, else 'healthy'.")
+          nb::arg("findings"), "The id of the most important critical finding, else 'healthy'.")
       .def(
           "loaders",
           [](const Session& s) {

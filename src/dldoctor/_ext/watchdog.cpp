@@ -2,6 +2,8 @@
 // the hang classifier over dict-shaped captures, and the Watchdog thread with a Python probe.
 // Dicts in and out use the field names of hang.hpp; unknown values are None. Every wait
 // (stack capture, stopping the thread) runs with the GIL released.
+#include "dldoctor_core/watchdog/watchdog.hpp"
+
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -14,15 +16,14 @@
 #include <string>
 #include <vector>
 
-#include "dldoctor_core/common/error.hpp"
+#include "analyze_convert.hpp"
 #include "dldoctor_core/analyze/rules.hpp"
+#include "dldoctor_core/common/error.hpp"
 #include "dldoctor_core/watchdog/proc_probe.hpp"
 #include "dldoctor_core/watchdog/stack.hpp"
-#include "dldoctor_core/watchdog/watchdog.hpp"
+#include "optional.hpp"
 #include "register.hpp"
 #include "watchdog_convert.hpp"
-#include "analyze_convert.hpp"
-#include "optional.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -233,7 +234,8 @@ wd::HangContext context_from(nb::handle d) {
     x.start_method = read_str(l, "start_method", lw);
     x.main_threads_at_fork = read<int>(l, "main_threads_at_fork", lw);
     for (nb::handle n : read_list(l, "main_thread_names_at_fork", lw))
-      x.main_thread_names_at_fork.push_back(as<std::string>(n, lw, "main_thread_names_at_fork").value_or(""));
+      x.main_thread_names_at_fork.push_back(
+          as<std::string>(n, lw, "main_thread_names_at_fork").value_or(""));
     x.waiting_batch = read<int64_t>(l, "waiting_batch", lw);
     x.waiting_worker = read<int>(l, "waiting_worker", lw);
     read_by_worker(l, "outstanding", lw, [&](int w, nb::handle v) {
@@ -390,9 +392,8 @@ int watchdog_clear(PyObject* self) {
   return 0;
 }
 
-PyType_Slot watchdog_slots[] = {{Py_tp_traverse, (void*)watchdog_traverse},
-                                {Py_tp_clear, (void*)watchdog_clear},
-                                {0, nullptr}};
+PyType_Slot watchdog_slots[] = {
+    {Py_tp_traverse, (void*)watchdog_traverse}, {Py_tp_clear, (void*)watchdog_clear}, {0, nullptr}};
 
 void stop_all_watchdogs() {
   std::vector<PyWatchdog*> live;
@@ -414,8 +415,7 @@ void register_watchdog(nb::module_& m) {
 
   m.def(
       "parse_faulthandler",
-      [](const std::string& text) { return threads_list(wd::parse_faulthandler(text)); },
-      "text"_a,
+      [](const std::string& text) { return threads_list(wd::parse_faulthandler(text)); }, "text"_a,
       "Parses faulthandler's all-threads output into [{thread_id, current, no_python_frame, "
       "elided, truncated, frames: [{file, line, function, code}]}], most recent call first.");
 
@@ -451,7 +451,8 @@ void register_watchdog(nb::module_& m) {
         }
         return out;
       },
-      "pids"_a, "run_dir"_a, "signal"_a = wd::default_stack_signal(), "wait_ms"_a = wd::kStackWaitMs,
+      "pids"_a, "run_dir"_a, "signal"_a = wd::default_stack_signal(),
+      "wait_ms"_a = wd::kStackWaitMs,
       "Sends `signal` to each pid that handles it and returns {pid: text appended to "
       "<run_dir>/stack-<pid>.txt} ('' when nothing came within wait_ms).");
   m.def(
@@ -469,7 +470,8 @@ void register_watchdog(nb::module_& m) {
         }
         return out;
       },
-      "pids"_a, "run_dir"_a, "signal"_a = wd::default_stack_signal(), "wait_ms"_a = wd::kStackWaitMs,
+      "pids"_a, "run_dir"_a, "signal"_a = wd::default_stack_signal(),
+      "wait_ms"_a = wd::kStackWaitMs,
       "As capture_stacks, with why a stack is missing: {pid: {text, note, gone}}.");
 
   m.def(
@@ -505,12 +507,15 @@ void register_watchdog(nb::module_& m) {
       .def("start", &PyWatchdog::start)
       .def("stop", &PyWatchdog::stop)
       .def_prop_ro("running", [](PyWatchdog& w) { return w.dog().running(); })
-      .def("note_batch", [](PyWatchdog& w, int64_t t_ns) { w.dog().note_batch(t_ns); }, "t_ns"_a)
-      .def("note_inter_batch_ns",
-           [](PyWatchdog& w, int64_t ns) { w.dog().note_inter_batch_ns(ns); }, "ns"_a)
-      .def("set_timeout_override",
-           [](PyWatchdog& w, std::optional<double> s) { w.dog().set_timeout_override(s); },
-           "seconds"_a.none())
+      .def(
+          "note_batch", [](PyWatchdog& w, int64_t t_ns) { w.dog().note_batch(t_ns); }, "t_ns"_a)
+      .def(
+          "note_inter_batch_ns", [](PyWatchdog& w, int64_t ns) { w.dog().note_inter_batch_ns(ns); },
+          "ns"_a)
+      .def(
+          "set_timeout_override",
+          [](PyWatchdog& w, std::optional<double> s) { w.dog().set_timeout_override(s); },
+          "seconds"_a.none())
       .def_prop_ro("timeout_s", [](PyWatchdog& w) { return w.dog().timeout_s(); })
       .def_prop_ro("p99_inter_batch_ns",
                    [](PyWatchdog& w) { return opt(w.dog().p99_inter_batch_ns()); })

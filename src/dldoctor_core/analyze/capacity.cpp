@@ -6,7 +6,6 @@
 #include <cmath>
 #include <string_view>
 
-
 namespace dldoctor::analyze {
 
 std::optional<FetchCapacity> fetch_capacity(const LoaderView& l) noexcept {
@@ -137,8 +136,12 @@ std::string hot_functions_text(const std::vector<HotFunction>& hot, size_t n) {
     out.append(h.name);
     if (!h.location.empty()) out.append(" (").append(h.location).append(")");
     if (h.calls > 0)
-      out.append(" ").append(num(h.cumulative_ms / double(h.calls))).append(" ms/call, ")
-          .append(num(h.cumulative_ms)).append(" ms in ").append(std::to_string(h.calls))
+      out.append(" ")
+          .append(num(h.cumulative_ms / double(h.calls)))
+          .append(" ms/call, ")
+          .append(num(h.cumulative_ms))
+          .append(" ms in ")
+          .append(std::to_string(h.calls))
           .append(" calls");
     else
       out.append(" ").append(num(h.cumulative_ms)).append(" ms");
@@ -155,9 +158,9 @@ bool has(const std::string& lower, std::initializer_list<const char*> words) {
 }  // namespace
 
 const HotFunction* hottest_step(const std::vector<HotFunction>& hot) noexcept {
-  static constexpr const char* kWrappers[] = {"__getitem__", "__getitems__", "__call__",
-                                              "fetch", "_call_impl", "forward", "<lambda>",
-                                              "<listcomp>", "<genexpr>", "wrapper", "<module>"};
+  static constexpr const char* kWrappers[] = {
+      "__getitem__", "__getitems__", "__call__",  "fetch",   "_call_impl", "forward",
+      "<lambda>",    "<listcomp>",   "<genexpr>", "wrapper", "<module>"};
   double total = 0;
   for (const HotFunction& h : hot) total = std::max(total, h.cumulative_ms);
   if (total <= 0) return nullptr;
@@ -189,7 +192,7 @@ std::string hot_step_advice(const std::string& name) {
            "Image.draft('RGB', size), or decode with torchvision.io.decode_jpeg (nvJPEG on "
            "the GPU)";
   if (has(s, {"augment", "transform", "rotate", "affine", "crop", "flip", "blur", "color",
-               "normalize", "jitter"}))
+              "normalize", "jitter"}))
     return "apply this augmentation on the GPU to the whole batch (torchvision.transforms.v2 "
            "on CUDA tensors), or precompute its deterministic part offline; Pillow-SIMD speeds "
            "up PIL-based transforms";

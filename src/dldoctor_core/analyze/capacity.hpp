@@ -46,12 +46,12 @@ inline constexpr int kMainProcessCores = 1;
 
 /// The workers' throughput against what the consumer asks for.
 struct FetchCapacity {
-  double fetch_s = 0;        ///< mean fetch time of one batch (getitem + collate)
-  int fetch_processes = 1;   ///< workers (1: the main process, num_workers=0)
-  double capacity_bps = 0;   ///< batches/s the workers can supply
-  double demand_bps = 0;     ///< batches/s the consumer would take if never blocked (its
-                             ///< pace over the batches it waited for)
-  bool serial = false;       ///< num_workers=0: fetch and step never overlap
+  double fetch_s = 0;       ///< mean fetch time of one batch (getitem + collate)
+  int fetch_processes = 1;  ///< workers (1: the main process, num_workers=0)
+  double capacity_bps = 0;  ///< batches/s the workers can supply
+  double demand_bps = 0;    ///< batches/s the consumer would take if never blocked (its
+                            ///< pace over the batches it waited for)
+  bool serial = false;      ///< num_workers=0: fetch and step never overlap
   /// The workers cannot keep up (serial loading never overlaps, so it always counts).
   bool short_of_demand() const noexcept {
     return serial || capacity_bps < demand_bps * kCapacityMargin;
@@ -90,12 +90,12 @@ FetchFigures fetch_figures(const JobView& job, const LoaderView& l, const Shortf
 /// measured) and cannot keep up: slow_getitem's or slow_collate's, split by the collate share.
 struct CpuBoundFetch {
   FetchFigures figures;
-  std::optional<double> collate_share;  ///< collate time / fetch time
-  bool custom_collate = false;          ///< the loader's own collate_fn
+  std::optional<double> collate_share;     ///< collate time / fetch time
+  bool custom_collate = false;             ///< the loader's own collate_fn
   std::vector<HotFunction> hot_functions;  ///< from sampled profiles, hottest first
-  bool oversubscribed = false;  ///< too_many_workers is proven: cut the work per sample
-  int needed_workers = 1;       ///< workers_for() the loop's demand
-  std::optional<int> ceiling;   ///< cpu_worker_ceiling()
+  bool oversubscribed = false;             ///< too_many_workers is proven: cut the work per sample
+  int needed_workers = 1;                  ///< workers_for() the loop's demand
+  std::optional<int> ceiling;              ///< cpu_worker_ceiling()
   /// Proven oversubscription is the first thing to fix (too_many_workers), so the slow fetch
   /// is then a partial cause; unmeasured CPU time lowers confidence the same way.
   report::Severity severity() const noexcept {

@@ -30,8 +30,8 @@ std::optional<BatchFit> largest_fitting_batch(const std::vector<PeakSample>& pea
     Point& pt = by_size[p.batch_size];
     pt.peak = std::max(pt.peak, double(p.peak_bytes));
     if (p.baseline_bytes && *p.baseline_bytes >= 0)
-      pt.baseline = std::min(pt.baseline.value_or(double(*p.baseline_bytes)),
-                             double(*p.baseline_bytes));
+      pt.baseline =
+          std::min(pt.baseline.value_or(double(*p.baseline_bytes)), double(*p.baseline_bytes));
     if (p.lower_bound) {
       pt.failed = true;
       if (!smallest_failed || p.batch_size < smallest_failed) smallest_failed = p.batch_size;
@@ -77,9 +77,8 @@ std::optional<BatchFit> largest_fitting_batch(const std::vector<PeakSample>& pea
   }
   if (!(fit.per_sample_bytes > 0)) return std::nullopt;
   const double room = double(fit.budget_bytes) - fit.fixed_bytes;
-  fit.largest_batch_size = room > 0 ? int(std::min(std::floor(room / fit.per_sample_bytes),
-                                                   double(1 << 30)))
-                                    : 0;
+  fit.largest_batch_size =
+      room > 0 ? int(std::min(std::floor(room / fit.per_sample_bytes), double(1 << 30))) : 0;
   if (smallest_failed && fit.largest_batch_size >= smallest_failed) {
     fit.largest_batch_size = smallest_failed - 1;
     fit.capped_by_failure = true;
@@ -102,11 +101,16 @@ std::optional<int64_t> size_at(std::string_view s, size_t pos) {
   while (ue < s.size() && std::isalpha((unsigned char)s[ue])) ++ue;
   const std::string_view unit = s.substr(u, ue - u);
   double mult = 0;
-  if (unit == "B" || unit == "bytes") mult = 1;
-  else if (unit == "KiB" || unit == "KB" || unit == "K") mult = 1024.0;
-  else if (unit == "MiB" || unit == "MB" || unit == "M") mult = 1024.0 * 1024;
-  else if (unit == "GiB" || unit == "GB" || unit == "G") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "TiB" || unit == "TB" || unit == "T") mult = 1024.0 * 1024 * 1024 * 1024;
+  if (unit == "B" || unit == "bytes")
+    mult = 1;
+  else if (unit == "KiB" || unit == "KB" || unit == "K")
+    mult = 1024.0;
+  else if (unit == "MiB" || unit == "MB" || unit == "M")
+    mult = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "GB" || unit == "G")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB" || unit == "TB" || unit == "T")
+    mult = 1024.0 * 1024 * 1024 * 1024;
   if (mult == 0) return std::nullopt;
   return int64_t(v * mult);
 }
@@ -179,14 +183,17 @@ std::string batch_advice(const std::optional<BatchFit>& fit, std::optional<int> 
                     "% of the GPU kept free";
     if (current && *current > fit->largest_batch_size) {
       const int steps = (*current + fit->largest_batch_size - 1) / fit->largest_batch_size;
-      s += " (with " + std::to_string(steps) + " steps of gradient accumulation to keep the "
-           "effective batch of " + std::to_string(*current) + ")";
+      s += " (with " + std::to_string(steps) +
+           " steps of gradient accumulation to keep the "
+           "effective batch of " +
+           std::to_string(*current) + ")";
     }
     return s;
   }
   if (fit) return "not even batch_size=1 fits beside the fixed " + bytes_text(fit->fixed_bytes);
-  return current && *current > 1 ? "halve the batch (batch_size=" + std::to_string(*current / 2) + ")"
-                                 : "a smaller model or batch";
+  return current && *current > 1
+             ? "halve the batch (batch_size=" + std::to_string(*current / 2) + ")"
+             : "a smaller model or batch";
 }
 
 }  // namespace dldoctor::analyze

@@ -35,11 +35,11 @@ struct PeakSample {
 
 /// The fitted model and the batch size it allows.
 struct BatchFit {
-  int largest_batch_size = 0;   ///< 0: not even one sample fits the budget
-  double fixed_bytes = 0;       ///< independent of the batch
-  double per_sample_bytes = 0;  ///< activations and their gradients per sample
-  int64_t budget_bytes = 0;     ///< total × (1 − kCudaKeepFreeFraction)
-  int batch_sizes = 0;          ///< distinct batch sizes the fit used
+  int largest_batch_size = 0;      ///< 0: not even one sample fits the budget
+  double fixed_bytes = 0;          ///< independent of the batch
+  double per_sample_bytes = 0;     ///< activations and their gradients per sample
+  int64_t budget_bytes = 0;        ///< total × (1 − kCudaKeepFreeFraction)
+  int batch_sizes = 0;             ///< distinct batch sizes the fit used
   bool capped_by_failure = false;  ///< held below a batch size that failed
 };
 
@@ -54,10 +54,10 @@ std::optional<BatchFit> largest_fitting_batch(const std::vector<PeakSample>& pea
 /// The figures in torch's out-of-memory message (empty where the text lacks them).
 struct CudaOomText {
   std::optional<int> device;
-  std::optional<int64_t> tried_bytes;      ///< "Tried to allocate 2.00 GiB"
-  std::optional<int64_t> total_bytes;      ///< "total capacity of 79.15 GiB"
-  std::optional<int64_t> free_bytes;       ///< "of which 1.06 GiB is free"
-  std::optional<int64_t> allocated_bytes;  ///< "76.50 GiB is allocated by PyTorch"
+  std::optional<int64_t> tried_bytes;                 ///< "Tried to allocate 2.00 GiB"
+  std::optional<int64_t> total_bytes;                 ///< "total capacity of 79.15 GiB"
+  std::optional<int64_t> free_bytes;                  ///< "of which 1.06 GiB is free"
+  std::optional<int64_t> allocated_bytes;             ///< "76.50 GiB is allocated by PyTorch"
   std::optional<int64_t> reserved_unallocated_bytes;  ///< "reserved by PyTorch but unallocated"
 };
 

@@ -14,9 +14,9 @@ bool contains(std::string_view hay, std::string_view needle) noexcept {
 }
 
 bool contains_nocase(std::string_view hay, std::string_view needle) noexcept {
-  auto it = std::search(hay.begin(), hay.end(), needle.begin(), needle.end(),
-                        [](char a, char b) { return std::tolower((unsigned char)a) ==
-                                                    std::tolower((unsigned char)b); });
+  auto it = std::search(hay.begin(), hay.end(), needle.begin(), needle.end(), [](char a, char b) {
+    return std::tolower((unsigned char)a) == std::tolower((unsigned char)b);
+  });
   return it != hay.end();
 }
 
@@ -44,8 +44,8 @@ ErrorKind classify_error(std::string_view type, std::string_view message) noexce
     return ErrorKind::kTooManyOpenFiles;
   // "No space left on device" alone could be a full disk under a checkpoint; it is /dev/shm
   // when the text names shared memory or torch's segment files (/torch_<pid>_...).
-  const bool no_space = contains(message, "No space left on device") ||
-                        contains(message, "Errno 28]");
+  const bool no_space =
+      contains(message, "No space left on device") || contains(message, "Errno 28]");
   const bool shm = contains_nocase(message, "shared memory") || contains(message, "(shm)") ||
                    contains(message, "/dev/shm") || contains(message, "</torch_") ||
                    contains(message, "/torch_");
@@ -59,10 +59,17 @@ ErrorKind classify_error(std::string_view type, std::string_view message) noexce
 std::string error_line(std::string_view message, ErrorKind kind) {
   std::vector<std::string_view> keys;
   switch (kind) {
-    case ErrorKind::kShmNoSpace: keys = {"No space left on device", "Errno 28]", "bus error", "Bus error"}; break;
-    case ErrorKind::kTooManyOpenFiles: keys = {"Too many open files", "ancdata", "Errno 24]"}; break;
-    case ErrorKind::kCudaOom: keys = {"out of memory"}; break;
-    case ErrorKind::kOther: break;
+    case ErrorKind::kShmNoSpace:
+      keys = {"No space left on device", "Errno 28]", "bus error", "Bus error"};
+      break;
+    case ErrorKind::kTooManyOpenFiles:
+      keys = {"Too many open files", "ancdata", "Errno 24]"};
+      break;
+    case ErrorKind::kCudaOom:
+      keys = {"out of memory"};
+      break;
+    case ErrorKind::kOther:
+      break;
   }
   std::string_view last;
   size_t pos = 0;
@@ -100,8 +107,10 @@ void FailureLog::on_death_event(const trace::Event& e) {
   d.loader = e.loader;
   d.worker = e.worker;
   d.pid = e.v[2] > 0 ? int(e.v[2]) : 0;
-  if (e.v[1] > 0) d.signal = int(e.v[1]);
-  else if (e.v[0] >= 0) d.exit_code = int(e.v[0]);
+  if (e.v[1] > 0)
+    d.signal = int(e.v[1]);
+  else if (e.v[0] >= 0)
+    d.exit_code = int(e.v[0]);
   d.t_ns = e.t_ns;
   add_death(std::move(d));
 }
@@ -157,8 +166,8 @@ void FailureLog::add_cuda(const CudaMemoryNote& c) {
     if (p.loader == c.loader && p.device == c.device && p.batch_size == *c.batch_size) {
       p.peak_bytes = std::max(p.peak_bytes, c.peak_bytes);
       if (c.allocated_bytes)
-        p.baseline_bytes = std::min(p.baseline_bytes.value_or(*c.allocated_bytes),
-                                    *c.allocated_bytes);
+        p.baseline_bytes =
+            std::min(p.baseline_bytes.value_or(*c.allocated_bytes), *c.allocated_bytes);
       keep(p.total_bytes, c.total_bytes);
       p.t_ns = std::max(p.t_ns, c.t_ns);
       return;

@@ -43,9 +43,8 @@ bool holds_awaited_batch(const Suspect& s, const LoaderContext* loader) noexcept
   if (loader->waiting_worker) return *loader->waiting_worker == worker;
   if (!loader->waiting_batch) return false;
   auto it = loader->outstanding.find(worker);
-  return it != loader->outstanding.end() &&
-         std::find(it->second.begin(), it->second.end(), *loader->waiting_batch) !=
-             it->second.end();
+  return it != loader->outstanding.end() && std::find(it->second.begin(), it->second.end(),
+                                                      *loader->waiting_batch) != it->second.end();
 }
 
 const Suspect& primary(const std::vector<Suspect>& suspects, const LoaderContext* loader) {

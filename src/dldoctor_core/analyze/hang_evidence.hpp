@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "dldoctor_core/report/finding.hpp"
 #include "dldoctor_core/analyze/process_reading.hpp"
+#include "dldoctor_core/report/finding.hpp"
 #include "dldoctor_core/watchdog/hang.hpp"
 
 namespace dldoctor::analyze {

@@ -20,8 +20,8 @@ Memory memory_of(const JobView& job) {
     m.cgroup_usage = c->usage_bytes;
   } else if (mem.cgroup_limit_bytes) {
     m.cgroup_limit = mem.cgroup_limit_bytes;
-    m.cgroup_usage = mem.cgroup_working_set_bytes ? mem.cgroup_working_set_bytes
-                                                  : mem.cgroup_usage_bytes;
+    m.cgroup_usage =
+        mem.cgroup_working_set_bytes ? mem.cgroup_working_set_bytes : mem.cgroup_usage_bytes;
   }
   if (m.cgroup_limit && m.cgroup_usage && *m.cgroup_limit > 0)
     m.cgroup_headroom_fraction =

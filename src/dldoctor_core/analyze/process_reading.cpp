@@ -35,8 +35,8 @@ bool is_worker_loop(const PyFrame& f) {
   return f.function == "_worker_loop" && path_is(f.file, "torch/utils/data/_utils/worker.py");
 }
 bool is_loader_wait(const PyFrame& f) {
-  static constexpr std::array<std::string_view, 5> kWaits = {
-      "__next__", "_next_data", "_get_data", "_try_get_data", "_next_index"};
+  static constexpr std::array<std::string_view, 5> kWaits = {"__next__", "_next_data", "_get_data",
+                                                             "_try_get_data", "_next_index"};
   return path_is(f.file, "torch/utils/data/dataloader.py") &&
          std::find(kWaits.begin(), kWaits.end(), f.function) != kWaits.end();
 }
@@ -155,16 +155,26 @@ void read_worker_loop(const std::vector<PyFrame>& frames, size_t loop_at,
 
 const char* place_name(Place p) noexcept {
   switch (p) {
-    case Place::kGone: return "gone";
-    case Place::kIdle: return "idle";
-    case Place::kInLoader: return "in_loader";
-    case Place::kOutsideLoader: return "outside_loader";
-    case Place::kCollate: return "collate";
-    case Place::kGetitem: return "getitem";
-    case Place::kWorkerInit: return "worker_init";
-    case Place::kSending: return "sending";
-    case Place::kOther: return "other";
-    default: return "unknown";
+    case Place::kGone:
+      return "gone";
+    case Place::kIdle:
+      return "idle";
+    case Place::kInLoader:
+      return "in_loader";
+    case Place::kOutsideLoader:
+      return "outside_loader";
+    case Place::kCollate:
+      return "collate";
+    case Place::kGetitem:
+      return "getitem";
+    case Place::kWorkerInit:
+      return "worker_init";
+    case Place::kSending:
+      return "sending";
+    case Place::kOther:
+      return "other";
+    default:
+      return "unknown";
   }
 }
 
@@ -201,8 +211,8 @@ std::string sync_wait_of(const PyFrame& f) {
     return "lock";
   }
   if (contains(code, ".wait(")) return "condition";
-  if (contains(code, ".get(") && (contains(code, "queue") || contains(code, "Queue") ||
-                                  contains(code, "q.get("))) {
+  if (contains(code, ".get(") &&
+      (contains(code, "queue") || contains(code, "Queue") || contains(code, "q.get("))) {
     return "queue";
   }
   if (contains(code, ".join(") && (contains(code, "thread") || contains(code, "Thread"))) {
@@ -241,8 +251,7 @@ ProcessReading read_process(const ProcessCapture& p, const LoaderContext* loader
     if (!frames.empty()) r.wait = sync_wait_of(frames.front());
   }
   // The kernel view fills in what the stack cannot show: a C-level wait in a futex.
-  if (r.wait.empty() && !r.busy &&
-      (p.syscall == "futex" || p.wchan.rfind("futex", 0) == 0)) {
+  if (r.wait.empty() && !r.busy && (p.syscall == "futex" || p.wchan.rfind("futex", 0) == 0)) {
     r.wait = "futex";
   }
   return r;

@@ -13,13 +13,13 @@
 
 namespace dldoctor::analyze {
 
+using watchdog::format_frame;
 using watchdog::HangContext;
 using watchdog::HangSnapshot;
 using watchdog::kBusyCpuShare;
 using watchdog::LoaderContext;
 using watchdog::ProcessCapture;
 using watchdog::PyFrame;
-using watchdog::format_frame;
 
 /// The stage a process is in.
 enum class Place {

@@ -47,8 +47,9 @@ std::vector<report::Finding> with_hang(std::vector<report::Finding> run,
     if (hang_ids.count(f.id)) continue;
     if (critical_hang && f.severity == report::Severity::kCritical && lost_batches(f)) {
       f.tier = report::Tier::kLostBatchHang;
-      f.why += " The hang is its consequence: the main process waits for a batch that no "
-               "worker will send.";
+      f.why +=
+          " The hang is its consequence: the main process waits for a batch that no "
+          "worker will send.";
     }
     out.push_back(std::move(f));
   }

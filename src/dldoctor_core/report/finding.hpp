@@ -14,9 +14,12 @@ enum class Severity { kInfo = 0, kWarning = 1, kCritical = 2 };
 /// "critical" | "warning" | "info", as in the JSON report.
 inline const char* severity_name(Severity s) {
   switch (s) {
-    case Severity::kCritical: return "critical";
-    case Severity::kWarning: return "warning";
-    default: return "info";
+    case Severity::kCritical:
+      return "critical";
+    case Severity::kWarning:
+      return "warning";
+    default:
+      return "info";
   }
 }
 
@@ -63,9 +66,9 @@ struct Finding {
   std::vector<Evidence> evidence;
   std::string fix;
   std::string why;
-  int loader = -1;     ///< the loader it is about, -1 for the whole job
+  int loader = -1;             ///< the loader it is about, -1 for the whole job
   Tier tier = Tier::kMeasure;  ///< ranks findings of one severity before the score
-  double score = 0;    ///< orders findings of one severity and tier: larger is more important
+  double score = 0;  ///< orders findings of one severity and tier: larger is more important
 
   Finding& add(std::string name, double value) {
     evidence.push_back({std::move(name), value});

@@ -25,29 +25,29 @@ inline constexpr double kBusyCpuShare = 0.05;
 /// One process of the job at the moment of the hang.
 struct ProcessCapture {
   int pid = 0;
-  int loader = -1;  ///< the loader a worker belongs to; -1 for the main process
-  int worker = -1;  ///< worker id within its loader; -1 = the main process
+  int loader = -1;      ///< the loader a worker belongs to; -1 for the main process
+  int worker = -1;      ///< worker id within its loader; -1 = the main process
   std::string state;    ///< "R", "S", "D", "Z", "T" ..., "gone", "" unknown
   std::string wchan;    ///< kernel wait function, "" unknown / running
   std::string syscall;  ///< "futex", "read" ..., "running", "none", "" unknown
   /// CPU time used between the start of the stall (as the watchdog saw it) and the capture.
   std::optional<int64_t> cpu_ns_since_stall;
-  double cpu_window_s = 0;  ///< the wall time that CPU time was measured over
+  double cpu_window_s = 0;            ///< the wall time that CPU time was measured over
   std::vector<PyThreadStack> stacks;  ///< parsed `raw_stack`, source lines annotated
-  std::string raw_stack;   ///< what faulthandler wrote, verbatim
-  std::string stack_note;  ///< why there is no stack ("no handler ...", "gone") or ""
-  bool gone = false;       ///< exited: no /proc entry, or a zombie
-  std::optional<int> exit_code;    ///< when known (zombie status or the caller's knowledge)
-  std::optional<int> exit_signal;  ///< when known
-  std::string io_target;   ///< for state D: the file behind the blocked fd, or what wchan names
+  std::string raw_stack;              ///< what faulthandler wrote, verbatim
+  std::string stack_note;             ///< why there is no stack ("no handler ...", "gone") or ""
+  bool gone = false;                  ///< exited: no /proc entry, or a zombie
+  std::optional<int> exit_code;       ///< when known (zombie status or the caller's knowledge)
+  std::optional<int> exit_signal;     ///< when known
+  std::string io_target;  ///< for state D: the file behind the blocked fd, or what wchan names
   std::vector<ThreadProbe> threads;  ///< per-thread kernel view
 };
 
 /// Everything captured at one hang.
 struct HangSnapshot {
-  int64_t t_ns = 0;       ///< when it was captured (CLOCK_MONOTONIC)
-  double stalled_s = 0;   ///< seconds without a batch at capture time
-  double timeout_s = 0;   ///< the hang timeout in force
+  int64_t t_ns = 0;      ///< when it was captured (CLOCK_MONOTONIC)
+  double stalled_s = 0;  ///< seconds without a batch at capture time
+  double timeout_s = 0;  ///< the hang timeout in force
   std::vector<ProcessCapture> processes;
 };
 
@@ -61,8 +61,8 @@ struct LoaderContext {
   /// The main process's Python threads alive when the workers were forked (fork only).
   std::optional<int> main_threads_at_fork;
   std::vector<std::string> main_thread_names_at_fork;
-  std::optional<int64_t> waiting_batch;   ///< the batch index the main process waits for
-  std::optional<int> waiting_worker;      ///< the worker that was given that batch
+  std::optional<int64_t> waiting_batch;  ///< the batch index the main process waits for
+  std::optional<int> waiting_worker;     ///< the worker that was given that batch
   /// Batch indices dispatched to each worker and not yet returned, when known.
   std::map<int, std::vector<int64_t>> outstanding;
   /// Batches each worker has returned so far, when known (0 = still before its first batch).

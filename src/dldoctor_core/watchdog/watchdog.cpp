@@ -168,14 +168,15 @@ void Watchdog::note_inter_batch_ns(int64_t ns) noexcept {
 }
 
 void Watchdog::set_timeout_override(std::optional<double> seconds) {
-  if (seconds && !(*seconds > 0)) throw Error("--hang-timeout must be a positive number of seconds");
+  if (seconds && !(*seconds > 0))
+    throw Error("--hang-timeout must be a positive number of seconds");
   std::lock_guard lock(options_mu_);
   options_.timeout_override_s = seconds;
 }
 
 std::optional<int64_t> Watchdog::p99_inter_batch_ns() const {
-  size_t n = size_t(std::min<uint64_t>(gap_count_.load(std::memory_order_relaxed),
-                                       kInterBatchWindow));
+  size_t n =
+      size_t(std::min<uint64_t>(gap_count_.load(std::memory_order_relaxed), kInterBatchWindow));
   if (n == 0) return std::nullopt;
   std::vector<int64_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = gaps_[i].load(std::memory_order_relaxed);

@@ -1,11 +1,12 @@
 // collate_deadlock on recorded captures: a lock inherited locked through fork with threads,
 // the same under spawn, the CPU-share edge of "deadlocked", torch's default collate in a futex,
 // and the source line that tells collate from getitem.
+#include "dldoctor_core/analyze/rules/collate_deadlock.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
 #include "../hang_sim.hpp"
-#include "dldoctor_core/analyze/rules/collate_deadlock.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -40,8 +41,8 @@ TEST(WatchdogRules, CollateLockAfterForkWithThreads) {
 }
 
 TEST(WatchdogRules, CollateLockUnderSpawnHasNoForkFact) {
-  auto snap = snapshot({process(100, -1, -1, kMainWaiting, "S", "poll"),
-                        process(102, 0, 1, kWorkerInCollate)});
+  auto snap = snapshot(
+      {process(100, -1, -1, kMainWaiting, "S", "poll"), process(102, 0, 1, kWorkerInCollate)});
   auto findings = classify_hang(snap, context("spawn"));
   const Finding* f = find(findings, "collate_deadlock");
   ASSERT_NE(f, nullptr);

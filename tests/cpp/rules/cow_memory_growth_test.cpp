@@ -1,10 +1,11 @@
 // cow_memory_growth at the edges of its thresholds: Private_Dirty growth per sample read, the
 // reads and samples a slope needs, spawned workers that share nothing, the projection to the
 // epoch's end against the memory available.
+#include "dldoctor_core/analyze/rules/cow_memory_growth.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
-#include "dldoctor_core/analyze/rules/cow_memory_growth.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -28,12 +29,13 @@ std::vector<report::Finding> cow_run(double bytes_per_sample, int batch, int rea
   s.ingest(event(trace::EventKind::kIterStart, l.main_pid, kT0, l.id, l.num_workers,
                  l.prefetch_factor, uint32_t(batch), 0, l.main_pid, int64_t(method), 1, l.flags));
   for (int w = 0; w < l.num_workers; ++w)
-    s.ingest(event(trace::EventKind::kWorkerStart, l.worker_pid(w), kT0, l.id, w, -1, 0,
-                   l.main_pid));
+    s.ingest(
+        event(trace::EventKind::kWorkerStart, l.worker_pid(w), kT0, l.id, w, -1, 0, l.main_pid));
   DatasetNotes notes;
   notes.length = length;
   notes.attrs.push_back(DatasetAttr{"paths", "list", 3'000'000, 252 * kMiB, "str", true});
-  notes.attrs.push_back(DatasetAttr{"labels", "numpy.ndarray", 3'000'000, 24 * kMiB, "int64", false});
+  notes.attrs.push_back(
+      DatasetAttr{"labels", "numpy.ndarray", 3'000'000, 24 * kMiB, "int64", false});
   s.note_dataset(l.id, notes);
   int64_t samples = 0;  // per worker
   for (int k = 0; k < 20; ++k) {
@@ -85,9 +87,7 @@ TEST(AnalyzeCow, NeedsThreeReads) {
   EXPECT_NE(find(cow_run(40960, 32, 3), "cow_memory_growth"), nullptr);
 }
 
-TEST(AnalyzeCow, FlatMemoryIsNothing) {
-  EXPECT_TRUE(cow_run(0, 32).empty());
-}
+TEST(AnalyzeCow, FlatMemoryIsNothing) { EXPECT_TRUE(cow_run(0, 32).empty()); }
 
 TEST(AnalyzeCow, SpawnedWorkersShareNothing) {
   EXPECT_EQ(find(cow_run(4096, 32, 20, int64_t(64) << 30, trace::StartMethod::kSpawn),

@@ -1,9 +1,10 @@
 // cuda_oom_risk at the edge of its threshold: the peak within the kept-free share of the
 // device.
+#include "dldoctor_core/analyze/rules/cuda_oom_risk.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
-#include "dldoctor_core/analyze/rules/cuda_oom_risk.hpp"
 
 namespace dldoctor::analyze {
 namespace {

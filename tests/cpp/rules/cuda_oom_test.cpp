@@ -1,10 +1,11 @@
 // cuda_oom: an out-of-memory raised, with the largest batch that fits; the batch-size estimator
 // behind its fix (fixed figures in the shape of a real training step, no GPU here) and the
 // reader of torch's message.
+#include "dldoctor_core/analyze/rules/cuda_oom.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
-#include "dldoctor_core/analyze/rules/cuda_oom.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -53,9 +54,8 @@ TEST(CudaEstimator, AFailedBatchSizeCapsTheAnswerBelowIt) {
   EXPECT_LT(fit->largest_batch_size, 128);
   EXPECT_GE(fit->largest_batch_size, 32);
   // A line through a failure that asked for less than the budget is still capped.
-  auto capped = largest_fitting_batch({{64, 4 * kGiB, 1 * kGiB, false},
-                                       {96, 5 * kGiB, std::nullopt, true}},
-                                      total);
+  auto capped = largest_fitting_batch(
+      {{64, 4 * kGiB, 1 * kGiB, false}, {96, 5 * kGiB, std::nullopt, true}}, total);
   ASSERT_TRUE(capped);
   EXPECT_EQ(capped->largest_batch_size, 95);
   EXPECT_TRUE(capped->capped_by_failure);
@@ -100,11 +100,12 @@ TEST(AnalyzeCuda, OomRaisedIsCriticalWithTheLargestBatchThatFits) {
   Loader l;  // batch_size 32
   auto s = session(l, facts(8));
   s->note(cuda_note(12 * kGiB, 4 * kGiB, 16 * kGiB));  // bs 32 (from the loader's config)
-  s->note(error("CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity "
-                "of 16.00 GiB of which 512.00 MiB is free. Of the allocated memory 14.50 GiB "
-                "is allocated by PyTorch, and 200.00 MiB is reserved by PyTorch but "
-                "unallocated.",
-                ErrorSource::kUncaught, "torch.OutOfMemoryError"));
+  s->note(
+      error("CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity "
+            "of 16.00 GiB of which 512.00 MiB is free. Of the allocated memory 14.50 GiB "
+            "is allocated by PyTorch, and 200.00 MiB is reserved by PyTorch but "
+            "unallocated.",
+            ErrorSource::kUncaught, "torch.OutOfMemoryError"));
   auto fs = whole(*s);
   ASSERT_FALSE(fs.empty());
   EXPECT_EQ(fs[0].id, "cuda_oom");

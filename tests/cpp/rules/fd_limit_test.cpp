@@ -1,10 +1,11 @@
 // fd_limit at the edges of its thresholds: descriptors near RLIMIT_NOFILE under the
 // file_descriptor strategy, "Too many open files" passing batches, and ancdata with a dead worker
 // (that is the death's).
+#include "dldoctor_core/analyze/rules/fd_limit.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
-#include "dldoctor_core/analyze/rules/fd_limit.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -52,14 +53,15 @@ TEST(AnalyzeFdLimit, TooManyOpenFilesIsCriticalWithTheLimitToSet) {
   Loader l;
   auto s = session(l, facts(8));
   s->note(runtime(256));
-  s->note(error("unable to open shared memory object </torch_13990_4168065863_119> in "
-                "read-write mode: Too many open files (24)",
-                ErrorSource::kQueueFeeder));
+  s->note(
+      error("unable to open shared memory object </torch_13990_4168065863_119> in "
+            "read-write mode: Too many open files (24)",
+            ErrorSource::kQueueFeeder));
   auto fs = whole(*s);
   ASSERT_EQ(ids(fs), std::vector<std::string>{"fd_limit"});
   EXPECT_EQ(fs[0].severity, report::Severity::kCritical);
   EXPECT_EQ(*num(fs[0], "recommended_nofile"), 8192.0);  // max(8192, pow2(4 x 256))
-  EXPECT_EQ(*num(fs[0], "batches_lost"), 1.0);  // the worker's feeder dropped the batch
+  EXPECT_EQ(*num(fs[0], "batches_lost"), 1.0);           // the worker's feeder dropped the batch
   EXPECT_NE(fs[0].fix.find("ulimit -n 8192"), std::string::npos) << fs[0].fix;
   EXPECT_NE(fs[0].fix.find("set_sharing_strategy('file_system')"), std::string::npos);
   EXPECT_NE(fs[0].fix.find("above the hard limit 256"), std::string::npos);

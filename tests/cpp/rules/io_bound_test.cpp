@@ -1,9 +1,10 @@
 // io_bound at the edges of its thresholds: off-CPU fetches, storage reads against the page
 // cache, data that fits in RAM, queueing for a CPU that is not waiting for I/O.
+#include "dldoctor_core/analyze/rules/io_bound.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
-#include "dldoctor_core/analyze/rules/io_bound.hpp"
 
 namespace dldoctor::analyze {
 namespace {

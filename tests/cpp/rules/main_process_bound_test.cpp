@@ -1,10 +1,11 @@
 // main_process_bound at the edges of its threshold while the job runs (the loader keeps up, the
 // main process computes), and at a hang (the training loop stuck outside the loader).
+#include "dldoctor_core/analyze/rules/main_process_bound.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
 #include "../hang_sim.hpp"
-#include "dldoctor_core/analyze/rules/main_process_bound.hpp"
 
 namespace dldoctor::analyze {
 namespace {

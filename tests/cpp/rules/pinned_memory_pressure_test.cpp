@@ -1,9 +1,10 @@
 // pinned_memory_pressure: memory short while a loader pins its batches (with the pinned bytes),
 // and pin_memory=True without an accelerator (info).
+#include "dldoctor_core/analyze/rules/pinned_memory_pressure.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
-#include "dldoctor_core/analyze/rules/pinned_memory_pressure.hpp"
 
 namespace dldoctor::analyze {
 namespace {

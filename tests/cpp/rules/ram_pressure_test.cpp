@@ -1,9 +1,10 @@
 // ram_pressure at the edges of its thresholds: MemAvailable, the job's own cgroup headroom,
 // swap traffic and memory pressure; critical only when it thrashes while the loop stalls.
+#include "dldoctor_core/analyze/rules/ram_pressure.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
-#include "dldoctor_core/analyze/rules/ram_pressure.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -38,8 +39,7 @@ TEST(AnalyzeMemory, ThrashingWhileTheLoopStallsIsCritical) {
   EXPECT_EQ(f->severity, report::Severity::kCritical);
   // Low memory without the loop stalling stays a warning.
   Loader fast;
-  EXPECT_EQ(find(with_memory(fast, 1000 * kMiB, 50 * kMiB, 1000.0, 30.0), "ram_pressure")
-                ->severity,
+  EXPECT_EQ(find(with_memory(fast, 1000 * kMiB, 50 * kMiB, 1000.0, 30.0), "ram_pressure")->severity,
             report::Severity::kWarning);
 }
 

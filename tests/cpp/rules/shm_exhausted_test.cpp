@@ -1,10 +1,11 @@
 // shm_exhausted at the edges of its thresholds: the predicted bytes in flight against free
 // /dev/shm (with the margin), the failure texts and SIGBUS, the use the sampler saw; the fix
 // in `dldoctor check`'s words.
+#include "dldoctor_core/analyze/rules/shm_exhausted.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
-#include "dldoctor_core/analyze/rules/shm_exhausted.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -48,16 +49,16 @@ TEST(AnalyzeShm, UnknownShmOrNoWorkersSaysNothing) {
   EXPECT_TRUE(whole(*session(l, shm_facts(std::nullopt, std::nullopt))).empty());
   Loader serial;
   serial.num_workers = 0;  // batches never leave the process
-  EXPECT_EQ(find(whole(*session(serial, shm_facts(1 * kMiB, 1 * kMiB))), "shm_exhausted"),
-            nullptr);
+  EXPECT_EQ(find(whole(*session(serial, shm_facts(1 * kMiB, 1 * kMiB))), "shm_exhausted"), nullptr);
 }
 
 TEST(AnalyzeShm, NoSpaceFromSharedMemoryIsCriticalWithTheSizeAndASettingThatFits) {
   Loader l;
   l.prefetch_factor = 8;  // 2 x 8 + 1 = 17 MiB in flight
   auto s = session(l, shm_facts(12 * kMiB, 12 * kMiB));
-  s->note(error("unable to allocate shared memory(shm) for file </torch_8814_3290110147_0>: "
-                "No space left on device (28)"));
+  s->note(
+      error("unable to allocate shared memory(shm) for file </torch_8814_3290110147_0>: "
+            "No space left on device (28)"));
   auto fs = whole(*s);
   ASSERT_FALSE(fs.empty());
   EXPECT_EQ(fs[0].id, "shm_exhausted");
@@ -82,9 +83,9 @@ TEST(AnalyzeShm, TextFromTheSendAndTheOlderWordingCountToo) {
     EXPECT_EQ(classify_error("builtins.RuntimeError", msg), ErrorKind::kShmNoSpace) << msg;
   }
   // A full disk is not /dev/shm.
-  EXPECT_EQ(classify_error("builtins.OSError",
-                           "[Errno 28] No space left on device: '/ckpt/model.pt'"),
-            ErrorKind::kOther);
+  EXPECT_EQ(
+      classify_error("builtins.OSError", "[Errno 28] No space left on device: '/ckpt/model.pt'"),
+      ErrorKind::kOther);
   Loader l;
   auto s = session(l, shm_facts(64 * kMiB, 64 * kMiB));
   s->note(error("[Errno 28] No space left on device: '/ckpt/model.pt'", ErrorSource::kUncaught,
@@ -128,8 +129,9 @@ TEST(AnalyzeShm, FixIsWordedAsDldoctorCheckWordsItTheMachinesKindFirst) {
   system::Facts f = shm_facts(12 * kMiB, 12 * kMiB);
   f.container_kind = "kubernetes";
   auto s = session(l, f);
-  s->note(error("unable to allocate shared memory(shm) for file </torch_8814_3290110147_0>: "
-                "No space left on device (28)"));
+  s->note(
+      error("unable to allocate shared memory(shm) for file </torch_8814_3290110147_0>: "
+            "No space left on device (28)"));
   const report::Finding* shm = find(whole(*s), "shm_exhausted");
   ASSERT_NE(shm, nullptr);
   const std::string& fix = shm->fix;

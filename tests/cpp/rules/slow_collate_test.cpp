@@ -1,9 +1,10 @@
 // slow_collate: a CPU-bound fetch whose larger part is collate_fn, split from slow_getitem at
 // the collate share.
+#include "dldoctor_core/analyze/rules/slow_collate.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
-#include "dldoctor_core/analyze/rules/slow_collate.hpp"
 
 namespace dldoctor::analyze {
 namespace {

@@ -1,9 +1,10 @@
 // slow_getitem at the edges of its thresholds: capacity against demand, the workers the idle
 // CPUs allow, the hot step named from profiles; the hot-step helper itself.
+#include "dldoctor_core/analyze/rules/slow_getitem.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
-#include "dldoctor_core/analyze/rules/slow_getitem.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -78,10 +79,10 @@ TEST(AnalyzeSlowGetitem, ContendedCpusGiveNoWorkerCount) {
 TEST(AnalyzeSlowGetitem, FlipsAtCapacityMargin) {
   Loader l = cpu_bound();  // 20 batches/s of capacity
   l.jitter = 0;
-  l.wait_ms = 10;          // a stall, whatever its cause
-  l.step_ms = 54.5;        // demand 18.35/s: capacity 1.09 x demand
+  l.wait_ms = 10;    // a stall, whatever its cause
+  l.step_ms = 54.5;  // demand 18.35/s: capacity 1.09 x demand
   EXPECT_EQ(Session::verdict(run(l, procs(l, 30.0, 95.0, 1.0), 8)->whole), "slow_getitem");
-  l.step_ms = 55.5;        // capacity 1.11 x demand: the workers could keep up
+  l.step_ms = 55.5;  // capacity 1.11 x demand: the workers could keep up
   EXPECT_TRUE(run(l, procs(l, 30.0, 95.0, 1.0), 8)->whole.empty());
 }
 

@@ -1,9 +1,10 @@
 // straggler_worker at the edges of its thresholds: the head-of-line wait's share of the loop
 // and of the wait, out-of-order loaders, and a queue hand-off that is not head-of-line.
+#include "dldoctor_core/analyze/rules/straggler_worker.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
-#include "dldoctor_core/analyze/rules/straggler_worker.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -29,17 +30,19 @@ std::vector<report::Finding> straggler_run(double slow_wait_ms, bool in_order = 
       const int64_t own_end = t + int64_t((slow_wait_ms - 1) * kMs);
       const int64_t fetch = own_end - (t - 50 * kMs);
       // The next batch (other worker) finished before the loop asked for this one.
-      s.ingest(event(trace::EventKind::kWorkerBatch, l.worker_pid(1 - w), t - 9 * kMs, l.id,
-                     1 - w, i + 1, 4, 8 * kMs, kMs, 7 * kMs, 64));
-      s.ingest(event(trace::EventKind::kWorkerBatch, l.worker_pid(w), own_end - fetch, l.id, w,
-                     i, 4, fetch, kMs, kMs, 64));
+      s.ingest(event(trace::EventKind::kWorkerBatch, l.worker_pid(1 - w), t - 9 * kMs, l.id, 1 - w,
+                     i + 1, 4, 8 * kMs, kMs, 7 * kMs, 64));
+      s.ingest(event(trace::EventKind::kWorkerBatch, l.worker_pid(w), own_end - fetch, l.id, w, i,
+                     4, fetch, kMs, kMs, 64));
       if (notes)
-        s.note_slow_batch(l.id, SlowBatchNote{l.worker_pid(w), w, i, fetch,
-                                              {i * 4LL, i * 4LL + 1, i * 4LL + 2, i * 4LL + 3}});
+        s.note_slow_batch(
+            l.id,
+            SlowBatchNote{
+                l.worker_pid(w), w, i, fetch, {i * 4LL, i * 4LL + 1, i * 4LL + 2, i * 4LL + 3}});
       wait = int64_t(slow_wait_ms * kMs);
     } else if (i % 12 != 6) {  // batch 6 of a cycle was fed with the slow one
-      s.ingest(event(trace::EventKind::kWorkerBatch, l.worker_pid(w), t - 9 * kMs, l.id, w, i,
-                     4, 8 * kMs, kMs, 7 * kMs, 64));
+      s.ingest(event(trace::EventKind::kWorkerBatch, l.worker_pid(w), t - 9 * kMs, l.id, w, i, 4,
+                     8 * kMs, kMs, 7 * kMs, 64));
     }
     s.ingest(event(trace::EventKind::kMainBatch, l.main_pid, t, l.id, w, i, 0, wait,
                    i == 0 ? -1 : 20 * kMs, -1));
@@ -86,8 +89,8 @@ TEST(AnalyzeStraggler, ATransitWaitIsNotHeadOfLine) {
                  int64_t(trace::StartMethod::kFork), 1, l.flags));
   int64_t t = kT0 + kS;
   for (int i = 0; i < 400; ++i) {
-    s.ingest(event(trace::EventKind::kWorkerBatch, l.worker_pid(i % 2), t - 9 * kMs, l.id, i % 2,
-                   i, 4, 8 * kMs, kMs, 7 * kMs, 64));
+    s.ingest(event(trace::EventKind::kWorkerBatch, l.worker_pid(i % 2), t - 9 * kMs, l.id, i % 2, i,
+                   4, 8 * kMs, kMs, 7 * kMs, 64));
     s.ingest(event(trace::EventKind::kWorkerBatch, l.worker_pid(1 - i % 2), t - 9 * kMs, l.id,
                    1 - i % 2, i + 1000, 4, 8 * kMs, kMs, 7 * kMs, 64));
     s.ingest(event(trace::EventKind::kMainBatch, l.main_pid, t, l.id, i % 2, i, 0, 5 * kMs,

@@ -1,10 +1,11 @@
 // thread_oversubscription at the edges of its thresholds: busy threads per worker and per
 // CPU, their run-queue delay (or preemption), the main process queueing; the pools and
 // variables named from the notes.
+#include "dldoctor_core/analyze/rules/thread_oversubscription.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
-#include "dldoctor_core/analyze/rules/thread_oversubscription.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -13,8 +14,8 @@ using namespace sim;
 
 /// A stalled 2-worker loader (fetch 100 ms, step 20 ms: 60% stall) with these worker figures.
 std::vector<report::Finding> threads_run(const WorkerFigures& w, double usable = 2,
-                                         std::optional<double> main_runq = 2.0,
-                                         double step_ms = 20, int workers = 2) {
+                                         std::optional<double> main_runq = 2.0, double step_ms = 20,
+                                         int workers = 2) {
   Session s;
   s.set_facts(facts(usable));
   Loader l;
@@ -94,7 +95,7 @@ TEST(AnalyzeThreads, APoolThatFitsTheCpusIsNotOversubscribed) {
 
 TEST(AnalyzeThreads, ManySleepingThreadsAreNothing) {
   auto w = busy_pools();
-  w.num_threads = 64;  // a large pool...
+  w.num_threads = 64;    // a large pool...
   w.active_threads = 1;  // ...asleep
   w.runq = 300;
   EXPECT_EQ(find(threads_run(w), "thread_oversubscription"), nullptr);

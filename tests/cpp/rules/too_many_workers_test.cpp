@@ -1,9 +1,10 @@
 // too_many_workers at the edges of its thresholds: run-queue delay, or preemption when that is
 // unknown; never from os.cpu_count(); the budget split across loaders.
+#include "dldoctor_core/analyze/rules/too_many_workers.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
-#include "dldoctor_core/analyze/rules/too_many_workers.hpp"
 
 namespace dldoctor::analyze {
 namespace {

@@ -1,12 +1,13 @@
 // worker_died while the job runs (the reason from the exit status and the memory counters, at
 // the edges of their thresholds, folded by reason) and at a hang (a worker gone or a zombie).
+#include "dldoctor_core/analyze/rules/worker_died.hpp"
+
 #include <gtest/gtest.h>
 
 #include <csignal>
 
 #include "../analyze_sim.hpp"
 #include "../hang_sim.hpp"
-#include "dldoctor_core/analyze/rules/worker_died.hpp"
 
 namespace dldoctor::analyze {
 namespace {

@@ -1,11 +1,12 @@
 // worker_hang on recorded captures: stuck in __getitem__, in D-state I/O, in worker_init, the
 // worker the main process waits for first, a single-process loader, and the hang nothing
 // else explains.
+#include "dldoctor_core/analyze/rules/worker_hang.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
 #include "../hang_sim.hpp"
-#include "dldoctor_core/analyze/rules/worker_hang.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -31,7 +32,8 @@ TEST(WatchdogRules, GetitemWaitingOnEvent) {
 }
 
 TEST(WatchdogRules, PrimaryIsTheWorkerTheMainProcessWaitsFor) {
-  auto snap = snapshot({process(101, 0, 0, kWorkerInGetitem), process(102, 0, 1, kWorkerInGetitem)});
+  auto snap =
+      snapshot({process(101, 0, 0, kWorkerInGetitem), process(102, 0, 1, kWorkerInGetitem)});
   auto findings = classify_hang(snap, context("fork", 2));  // waits for worker 1
   const Finding* f = find(findings, "worker_hang");
   ASSERT_NE(f, nullptr);
@@ -98,8 +100,8 @@ TEST(WatchdogRules, NoStackNoContextNoVerdict) {
   wd::HangContext empty;
   EXPECT_TRUE(classify_hang(snap, empty).empty());
   // ... but a worker known to owe the awaited batch is reported.
-  auto owed = classify_hang(snapshot({process(102, 0, 1, nullptr, "S", "poll")}),
-                                context("fork", 2));
+  auto owed =
+      classify_hang(snapshot({process(102, 0, 1, nullptr, "S", "poll")}), context("fork", 2));
   ASSERT_NE(find(owed, "worker_hang"), nullptr);
   EXPECT_EQ(text(*find(owed, "worker_hang"), "stage"), "other");
 }

@@ -1,9 +1,10 @@
 // worker_startup_cost at the edges of its thresholds: the restarts' share of the epochs,
 // persistent workers paying once, a heavy pickled dataset in the fix.
+#include "dldoctor_core/analyze/rules/worker_startup_cost.hpp"
+
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
-#include "dldoctor_core/analyze/rules/worker_startup_cost.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -35,8 +36,8 @@ std::vector<report::Finding> startup_run(int epochs, double startup_s, bool pers
     for (int i = 0; i < 50; ++i) {
       const int64_t wait = i == 0 ? int64_t((up + 0.010) * kS) : int64_t(0.1 * kMs);
       const int64_t handed = at + wait;
-      s.ingest(event(trace::EventKind::kWorkerBatch, l.worker_pid(i % 2), handed - 10 * kMs,
-                     l.id, i % 2, i, uint32_t(l.batch_size), 10 * kMs, kMs, 9 * kMs, 1 << 20));
+      s.ingest(event(trace::EventKind::kWorkerBatch, l.worker_pid(i % 2), handed - 10 * kMs, l.id,
+                     i % 2, i, uint32_t(l.batch_size), 10 * kMs, kMs, 9 * kMs, 1 << 20));
       s.ingest(event(trace::EventKind::kMainBatch, l.main_pid, at, l.id, i % 2, i, 0, wait,
                      i == 0 ? -1 : 20 * kMs, -1));
       at = handed + 20 * kMs;
@@ -83,9 +84,9 @@ TEST(AnalyzeStartup, PersistentWorkersPayOnce) {
   EXPECT_EQ(*num(*f, "pickled_dataset_mib"), 100);
   EXPECT_EQ(*num(*f, "pickled_per_start_mib"), 200);
   // Under fork nothing is pickled: no note.
-  EXPECT_EQ(find(startup_run(4, 2.0, true, trace::StartMethod::kFork, 100 * kMiB),
-                 "worker_startup_cost"),
-            nullptr);
+  EXPECT_EQ(
+      find(startup_run(4, 2.0, true, trace::StartMethod::kFork, 100 * kMiB), "worker_startup_cost"),
+      nullptr);
 }
 
 TEST(AnalyzeStartup, HeavyPickleIsInTheFix) {

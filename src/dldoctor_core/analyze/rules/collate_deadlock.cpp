@@ -24,8 +24,8 @@ std::vector<Evidence> detect(const watchdog::HangSnapshot& snapshot,
     e.rank = g.rank(snapshot.stalled_s);
     e.stalled_s = snapshot.stalled_s;
     const watchdog::LoaderContext* l = g.loader;
-    e.forked_with_threads = l && l->start_method == "fork" && l->main_threads_at_fork &&
-                            *l->main_threads_at_fork > 1;
+    e.forked_with_threads =
+        l && l->start_method == "fork" && l->main_threads_at_fork && *l->main_threads_at_fork > 1;
     e.stuck = std::move(g);
     out.push_back(std::move(e));
   }
@@ -45,7 +45,7 @@ report::Finding finding(const Evidence& e) {
             s.reading.wait + " for " + seconds(e.stalled_s) + " without using CPU";
   add_process_evidence(f, s, loader, e.stalled_s);
   f.add("collate_fn", loader && !loader->collate_fn.empty() ? loader->collate_fn
-                                                             : std::string("default_collate"));
+                                                            : std::string("default_collate"));
   if (e.stuck.suspects.size() > 1) f.add("stuck_workers", list_suspects(e.stuck.suspects));
 
   if (loader && !loader->start_method.empty()) f.add("start_method", loader->start_method);

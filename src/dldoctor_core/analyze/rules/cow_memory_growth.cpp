@@ -32,7 +32,8 @@ std::string mib(double bytes) { return num(bytes / kMiB) + " MiB"; }
 std::string attr_text(const DatasetAttr& a) {
   std::string t = a.name + " (" + a.type;
   if (a.elements)
-    t += " of " + std::to_string(*a.elements) + (a.element_type.empty() ? "" : " " + a.element_type);
+    t +=
+        " of " + std::to_string(*a.elements) + (a.element_type.empty() ? "" : " " + a.element_type);
   if (a.bytes) t += ", ~" + mib(double(*a.bytes));
   return t + ")";
 }
@@ -56,8 +57,7 @@ std::optional<Growth> growth_of(const WorkerMemory& wm) {
   if (!s) return std::nullopt;
   g.slope = *s;
   if (g.samples_last - g.samples_first < kCowMinSamples) return std::nullopt;
-  if (g.last - g.first < kCowMinGrowthBytes || g.slope < kCowMinBytesPerSample)
-    return std::nullopt;
+  if (g.last - g.first < kCowMinGrowthBytes || g.slope < kCowMinBytesPerSample) return std::nullopt;
   return g;
 }
 
@@ -113,9 +113,8 @@ std::vector<Evidence> detect(const JobView& job) {
       e.rank.severity = report::Severity::kWarning;
     else
       e.rank.severity = report::Severity::kInfo;
-    e.rank.score = e.available && *e.available > 0
-                       ? std::min(1.0, basis / double(*e.available))
-                       : kUnknownShareScore;
+    e.rank.score = e.available && *e.available > 0 ? std::min(1.0, basis / double(*e.available))
+                                                   : kUnknownShareScore;
     out.push_back(std::move(e));
   }
   return out;
@@ -135,8 +134,8 @@ report::Finding finding(const Evidence& e) {
   std::string each;
   for (const Growth& g : e.growing) {
     if (!each.empty()) each += "; ";
-    each += "worker " + std::to_string(g.worker) + " (pid " + std::to_string(g.pid) + "): " +
-            num(g.first / kMiB) + " -> " + num(g.last / kMiB) + " MiB over samples " +
+    each += "worker " + std::to_string(g.worker) + " (pid " + std::to_string(g.pid) +
+            "): " + num(g.first / kMiB) + " -> " + num(g.last / kMiB) + " MiB over samples " +
             std::to_string(g.samples_first) + "-" + std::to_string(g.samples_last);
   }
   f.add("private_dirty_each", each);
@@ -170,19 +169,20 @@ report::Finding finding(const Evidence& e) {
           "instead of Python lists and dicts of objects: workers then read them without "
           "writing to the shared pages. Build them that way in __init__, before the workers "
           "fork.";
-  f.why = "Forked workers share the main process's memory copy-on-write. Python keeps a "
-          "reference count inside every object and changes it whenever the object is read, "
-          "so each sample a worker reads writes to the page that holds it and the kernel "
-          "copies that page into the worker (the garbage collector's passes touch the "
-          "objects' pages too). Here each growing worker's Private_Dirty rose by " +
-          mib(e.slope_mean * 1000) + " per 1000 samples read" +
-          (projected ? ", about " + mib(e.projected_more) + " more by the end of the epoch" +
-                           (available ? " against " + mib(double(*available)) + " available"
-                                      : std::string())
-                     : std::string()) +
-          ": every worker ends up with its own copy of the objects it read, multiplied by "
-          "num_workers. A numpy array, pyarrow buffer or tensor is one object whose data "
-          "holds no reference counts: reading it writes nothing to the shared pages.";
+  f.why =
+      "Forked workers share the main process's memory copy-on-write. Python keeps a "
+      "reference count inside every object and changes it whenever the object is read, "
+      "so each sample a worker reads writes to the page that holds it and the kernel "
+      "copies that page into the worker (the garbage collector's passes touch the "
+      "objects' pages too). Here each growing worker's Private_Dirty rose by " +
+      mib(e.slope_mean * 1000) + " per 1000 samples read" +
+      (projected
+           ? ", about " + mib(e.projected_more) + " more by the end of the epoch" +
+                 (available ? " against " + mib(double(*available)) + " available" : std::string())
+           : std::string()) +
+      ": every worker ends up with its own copy of the objects it read, multiplied by "
+      "num_workers. A numpy array, pyarrow buffer or tensor is one object whose data "
+      "holds no reference counts: reading it writes nothing to the shared pages.";
   return f;
 }
 

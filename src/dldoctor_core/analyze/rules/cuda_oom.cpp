@@ -61,8 +61,8 @@ report::Finding finding(const Evidence& e) {
   const auto& bs = e.batch_size;
   const auto& total = e.total_bytes;
   report::Finding f = report::make_finding("cuda_oom", e.loader, e.rank);
-  f.title = "CUDA ran out of memory" + (bs ? " at batch_size=" + std::to_string(*bs)
-                                           : std::string()) +
+  f.title = "CUDA ran out of memory" +
+            (bs ? " at batch_size=" + std::to_string(*bs) : std::string()) +
             (fit && fit->largest_batch_size >= 1
                  ? ": batch_size=" + std::to_string(fit->largest_batch_size) + " fits"
                  : std::string());
@@ -85,14 +85,14 @@ report::Finding finding(const Evidence& e) {
                      " was reserved but unallocated: set PYTORCH_CUDA_ALLOC_CONF="
                      "expandable_segments:True to cut fragmentation."
                : std::string());
-  f.why = "A step's peak GPU memory is the fixed part (weights, gradients, optimizer state) "
-          "plus activations that grow with the batch; when it passes the device's memory "
-          "the allocation fails and the step raises. The largest batch that fits is "
-          "estimated from the peaks seen (" +
-          (fit ? std::to_string(fit->batch_sizes) + " batch size" +
-                     (fit->batch_sizes == 1 ? "" : "s")
-               : std::string("none")) +
-          ") and the failed step's own request.";
+  f.why =
+      "A step's peak GPU memory is the fixed part (weights, gradients, optimizer state) "
+      "plus activations that grow with the batch; when it passes the device's memory "
+      "the allocation fails and the step raises. The largest batch that fits is "
+      "estimated from the peaks seen (" +
+      (fit ? std::to_string(fit->batch_sizes) + " batch size" + (fit->batch_sizes == 1 ? "" : "s")
+           : std::string("none")) +
+      ") and the failed step's own request.";
   return f;
 }
 

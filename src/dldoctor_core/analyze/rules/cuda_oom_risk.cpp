@@ -26,8 +26,9 @@ report::Finding finding(const Evidence& e) {
   const CudaPeak& p = e.peak;
   report::Finding f = report::make_finding("cuda_oom_risk", p.loader, e.rank);
   f.title = "GPU memory peaks at " + num(100.0 * double(p.peak_bytes) / double(*p.total_bytes)) +
-            "% of cuda:" + std::to_string(p.device) + " at batch_size=" +
-            std::to_string(p.batch_size) + ": one larger batch or input from out of memory";
+            "% of cuda:" + std::to_string(p.device) +
+            " at batch_size=" + std::to_string(p.batch_size) +
+            ": one larger batch or input from out of memory";
   f.add("batch_size", double(p.batch_size));
   f.add("peak_allocated_bytes", double(p.peak_bytes));
   f.add("gpu_total_bytes", double(*p.total_bytes));
@@ -37,9 +38,12 @@ report::Finding finding(const Evidence& e) {
   f.fix = "Keep the batch at or below what fits: " + batch_advice(e.fit, p.batch_size) +
           "; variable-size inputs (longer sequences, larger images) raise the peak further, "
           "so cap them or bucket by size.";
-  f.why = "The caching allocator needs room beyond the peak (fragmentation, workspaces); "
-          "within " + num(kCudaKeepFreeFraction * 100) + "% of the device, a larger batch or "
-          "input raises CUDA out of memory.";
+  f.why =
+      "The caching allocator needs room beyond the peak (fragmentation, workspaces); "
+      "within " +
+      num(kCudaKeepFreeFraction * 100) +
+      "% of the device, a larger batch or "
+      "input raises CUDA out of memory.";
   return f;
 }
 

@@ -52,9 +52,9 @@ std::optional<Evidence> detect(const JobView& job) {
 
   e.failed = err != nullptr;
   // Descriptors that ran out are the job's failure; near the limit, a risk ranked by score.
-  e.rank = e.failed ? report::Rank{report::Severity::kCritical, report::Tier::kFailure, 0.0}
-                    : report::Rank{report::Severity::kWarning, report::Tier::kMeasure,
-                                   kNearLimitScore};
+  e.rank = e.failed
+               ? report::Rank{report::Severity::kCritical, report::Tier::kFailure, 0.0}
+               : report::Rank{report::Severity::kWarning, report::Tier::kMeasure, kNearLimitScore};
   e.loader = err ? err->loader : -1;
   if (err) e.error = error_line(err->message, ErrorKind::kTooManyOpenFiles);
   const int64_t base = std::max(e.peak.value_or(0), e.soft.value_or(0));
@@ -72,16 +72,17 @@ report::Finding finding(const Evidence& e) {
     f.title = "A job process holds " + std::to_string(*e.peak) + " of its " +
               std::to_string(*e.soft) + " file descriptors: batches will soon fail to pass";
   if (e.soft) f.add("nofile_soft", double(*e.soft));
-  if (e.hard) f.add("nofile_hard", double(*e.hard));
-  else if (e.soft) f.add("nofile_hard", std::string("unlimited"));
+  if (e.hard)
+    f.add("nofile_hard", double(*e.hard));
+  else if (e.soft)
+    f.add("nofile_hard", std::string("unlimited"));
   if (e.peak) {
     f.add("open_fds_peak", double(*e.peak));
     if (e.peak_pid) f.add("open_fds_peak_pid", double(e.peak_pid));
   }
-  f.add("sharing_strategy", e.strategy.empty()
-                                ? std::string("unknown (torch's default on Linux is "
-                                              "file_descriptor)")
-                                : e.strategy);
+  f.add("sharing_strategy", e.strategy.empty() ? std::string("unknown (torch's default on Linux is "
+                                                             "file_descriptor)")
+                                               : e.strategy);
   if (e.failed) {
     f.add("error", e.error);
     f.add("errors", double(e.errors));
@@ -108,14 +109,15 @@ report::Finding finding(const Evidence& e) {
     f.fix = "Raise the open-file limit: ulimit -n " + t +
             " before the job starts (the sharing strategy is already " + e.strategy +
             ", so the descriptors are the job's own files and sockets).";
-  f.why = "torch's default sharing strategy on Linux (file_descriptor) sends each tensor "
-          "storage of a batch as an open descriptor: the worker holds one per tensor until "
-          "the main process has received it, and the main process one per tensor it has not "
-          "freed. A batch of many small tensors (uncollated lists, detection targets) times "
-          "the batches in flight can pass RLIMIT_NOFILE; then a worker fails to send its batch "
-          "(\"Too many open files\", printed by the worker, the batch lost and the main "
-          "process waiting for it forever) or the main process fails to receive one "
-          "(\"received 0 items of ancdata\").";
+  f.why =
+      "torch's default sharing strategy on Linux (file_descriptor) sends each tensor "
+      "storage of a batch as an open descriptor: the worker holds one per tensor until "
+      "the main process has received it, and the main process one per tensor it has not "
+      "freed. A batch of many small tensors (uncollated lists, detection targets) times "
+      "the batches in flight can pass RLIMIT_NOFILE; then a worker fails to send its batch "
+      "(\"Too many open files\", printed by the worker, the batch lost and the main "
+      "process waiting for it forever) or the main process fails to receive one "
+      "(\"received 0 items of ancdata\").";
   return f;
 }
 

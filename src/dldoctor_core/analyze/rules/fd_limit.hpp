@@ -45,11 +45,11 @@ struct Evidence {
   bool fd_strategy = true;            ///< file_descriptor (or unknown: torch's default)
   std::optional<int64_t> peak;        ///< most descriptors a job process held, as sampled
   int peak_pid = 0;
-  bool failed = false;                ///< "Too many open files" passing batches
-  std::string error;                  ///< the line of the error text that names it
+  bool failed = false;  ///< "Too many open files" passing batches
+  std::string error;    ///< the line of the error text that names it
   int64_t errors = 0;
-  int64_t lost = 0;                   ///< batches a worker could not send
-  int64_t recommended = 0;            ///< the limit to set
+  int64_t lost = 0;         ///< batches a worker could not send
+  int64_t recommended = 0;  ///< the limit to set
 };
 std::optional<Evidence> detect(const JobView& job);
 report::Finding finding(const Evidence& e);

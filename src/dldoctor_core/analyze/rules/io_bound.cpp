@@ -27,9 +27,8 @@ std::vector<Evidence> detect(const JobView& job) {
 
     // Without run-queue delay, more workers than CPUs could also explain off-CPU time.
     const bool contention_unknown = !l.fetchers.runq_delay_pct && !job.all_workers.runq_delay_pct;
-    e.may_be_contention =
-        contention_unknown &&
-        (!usable || !job.total_workers || double(*job.total_workers) > *usable);
+    e.may_be_contention = contention_unknown &&
+                          (!usable || !job.total_workers || double(*job.total_workers) > *usable);
     e.rank = {e.may_be_contention ? report::Severity::kWarning : report::Severity::kCritical,
               report::Tier::kMeasure, e.fetch.data_stall_fraction * (1.0 - e.busy)};
 
@@ -47,9 +46,9 @@ std::vector<Evidence> detect(const JobView& job) {
     // Workers: enough to overlap the waits, bounded by the CPUs their compute share needs.
     int want = workers_for(c.demand_bps, c.fetch_s);
     if (usable)
-      want = std::min(want, std::max(1, int(std::floor(
-                                            std::max(1.0, std::floor(*usable) - kMainProcessCores) /
-                                            std::max(e.on_cpu, kMinOnCpuForSizing)))));
+      want = std::min(
+          want, std::max(1, int(std::floor(std::max(1.0, std::floor(*usable) - kMainProcessCores) /
+                                           std::max(e.on_cpu, kMinOnCpuForSizing)))));
     if (want > l.config.num_workers) e.recommended_workers = want;
     e.usable_cpus = usable;
     // Where the bytes could come from instead.
@@ -97,8 +96,7 @@ report::Finding finding(const Evidence& e) {
         "Set num_workers=" + std::to_string(want) + " (now " + std::to_string(now) + ")";
     if (e.usable_cpus && want > *e.usable_cpus)
       w += ": more workers than the " + count_of(*e.usable_cpus, "usable CPU") +
-           " is right here, because each computes only " + num(e.on_cpu * 100) +
-           "% of the time";
+           " is right here, because each computes only " + num(e.on_cpu * 100) + "% of the time";
     fixes.push_back(w);
   }
   if (e.data_bytes) f.add("data_bytes", double(*e.data_bytes));
@@ -109,8 +107,7 @@ report::Finding finding(const Evidence& e) {
                     " GB are available (copy it to /dev/shm or a local tmpfs, or load it "
                     "into memory once at start)");
   } else if (e.network) {
-    fixes.push_back("copy the data from " + e.storage->fs_type +
-                    " to a local SSD before training");
+    fixes.push_back("copy the data from " + e.storage->fs_type + " to a local SSD before training");
   } else if (e.from_storage) {
     fixes.push_back(std::string("move the data to faster storage (a local NVMe/SSD") +
                     (e.storage && e.storage->rotational.value_or(false)
@@ -120,8 +117,8 @@ report::Finding finding(const Evidence& e) {
   }
   const int pf = e.prefetch_factor;
   if (now > 0)
-    fixes.push_back("raise prefetch_factor to " + std::to_string(std::max(4, 2 * pf)) +
-                    " (now " + std::to_string(pf) + ") to ride out slow reads");
+    fixes.push_back("raise prefetch_factor to " + std::to_string(std::max(4, 2 * pf)) + " (now " +
+                    std::to_string(pf) + ") to ride out slow reads");
   if (fixes.empty()) fixes.push_back("find what the workers wait for inside __getitem__");
   for (size_t i = 0; i < fixes.size(); ++i) {
     std::string part = fixes[i];
@@ -142,8 +139,9 @@ report::Finding finding(const Evidence& e) {
           "instead of computing, so more workers than cores overlap those waits without "
           "competing for CPU, and faster or cached storage shortens each wait.";
   if (e.may_be_contention)
-    f.why += " Run-queue delay could not be read and the workers may outnumber the CPUs, "
-             "so part of the off-CPU time may be queueing for a CPU.";
+    f.why +=
+        " Run-queue delay could not be read and the workers may outnumber the CPUs, "
+        "so part of the off-CPU time may be queueing for a CPU.";
   return f;
 }
 

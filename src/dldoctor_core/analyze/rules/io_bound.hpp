@@ -37,8 +37,8 @@ inline constexpr double kMinOnCpuForSizing = 0.05;
 struct Evidence {
   report::Rank rank;
   FetchFigures fetch;
-  double busy = 0;    ///< wants a CPU this share of the fetch (on-CPU + queued)
-  double on_cpu = 0;  ///< on a CPU this share of the fetch
+  double busy = 0;                 ///< wants a CPU this share of the fetch (on-CPU + queued)
+  double on_cpu = 0;               ///< on a CPU this share of the fetch
   bool may_be_contention = false;  ///< run-queue delay unknown, workers may outnumber CPUs
   std::optional<double> read_bytes_per_s, rchar_per_s;  ///< the fetching processes
   bool from_storage = false;  ///< the reads come from the device, not the page cache

@@ -46,12 +46,13 @@ report::Finding finding(const Evidence& e) {
   if (e.wait_per_batch_ms) f.add("wait_per_batch_ms", *e.wait_per_batch_ms);
   if (e.consumer_batches_per_s) f.add("consumer_batches_per_s", *e.consumer_batches_per_s);
   f.add("num_workers", double(e.num_workers));
-  f.fix = "Leave the DataLoader as it is: more workers, prefetching or pinning would not speed "
-          "this job up. Speed up the step itself: profile the main process (torch.profiler, or "
-          "py-spy top --pid " +
-          std::to_string(e.main_pid) +
-          ") and look for Python work that could move to the GPU, be vectorised, or be done "
-          "less often (logging, metrics, .item() calls).";
+  f.fix =
+      "Leave the DataLoader as it is: more workers, prefetching or pinning would not speed "
+      "this job up. Speed up the step itself: profile the main process (torch.profiler, or "
+      "py-spy top --pid " +
+      std::to_string(e.main_pid) +
+      ") and look for Python work that could move to the GPU, be vectorised, or be done "
+      "less often (logging, metrics, .item() calls).";
   f.why = "The main process waited for batches only " + num(e.data_stall_fraction * 100) +
           "% of the loop and used " + num(e.main_process_cpu_pct) +
           "% of a core: batches are ready before it asks for them, so the time goes into its "
@@ -77,7 +78,8 @@ std::vector<AtHang> detect_at_hang(const watchdog::HangSnapshot& snapshot,
 
 std::vector<watchdog::PyFrame> AtHang::top_frames() const {
   const auto& frames = main.process->stacks[size_t(main.reading.thread)].frames;
-  return {frames.begin(), frames.begin() + std::ptrdiff_t(std::min(frames.size(), kTopFramesShown))};
+  return {frames.begin(),
+          frames.begin() + std::ptrdiff_t(std::min(frames.size(), kTopFramesShown))};
 }
 
 report::Finding finding(const AtHang& e) {
@@ -87,9 +89,11 @@ report::Finding finding(const AtHang& e) {
   std::string top;
   for (const watchdog::PyFrame& fr : frames) top += (top.empty() ? "" : " <- ") + format_frame(fr);
   report::Finding f = report::make_finding("main_process_bound", -1, e.rank);
-  f.title = "The training loop itself is stuck, not the DataLoader: the main process has "
-            "asked for no batch for " + seconds(e.stalled_s) + " and sits in " +
-            (frames.empty() ? std::string("code outside the loader") : format_frame(frames.front()));
+  f.title =
+      "The training loop itself is stuck, not the DataLoader: the main process has "
+      "asked for no batch for " +
+      seconds(e.stalled_s) + " and sits in " +
+      (frames.empty() ? std::string("code outside the loader") : format_frame(frames.front()));
   f.add("pid", double(p.pid));
   f.add("stalled_s", e.stalled_s);
   f.add("top_frames", top);

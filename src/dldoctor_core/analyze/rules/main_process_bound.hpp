@@ -28,8 +28,8 @@ inline constexpr size_t kTopFramesShown = 5;
 /// While the job runs: the loaders keep up and the consumer computes.
 struct Evidence {
   report::Rank rank;
-  int loader = -1;                ///< the one loader judged, else -1
-  double data_stall_fraction = 0; ///< the highest of the loaders judged
+  int loader = -1;                 ///< the one loader judged, else -1
+  double data_stall_fraction = 0;  ///< the highest of the loaders judged
   double main_process_cpu_pct = 0;
   std::optional<double> consumer_step_ms, wait_per_batch_ms, consumer_batches_per_s;
   int num_workers = 0;

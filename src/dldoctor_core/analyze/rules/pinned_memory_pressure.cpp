@@ -21,12 +21,14 @@ report::Finding finding(const Unused& e) {
   f.title = "pin_memory=True does nothing on this machine: there is no CUDA device";
   f.add("pin_memory", std::string("requested, not in effect"));
   f.add("accelerator", std::string("none"));
-  f.fix = "Nothing to do for speed here; pin_memory=True only helps host-to-GPU copies "
-          "(tensor.to('cuda', non_blocking=True)). Keep it for the GPU machines, or set it "
-          "from torch.cuda.is_available().";
-  f.why = "Pinned (page-locked) memory lets the GPU copy a batch by DMA while the CPU goes "
-          "on. Without an accelerator torch skips pinning, so the flag costs and buys "
-          "nothing.";
+  f.fix =
+      "Nothing to do for speed here; pin_memory=True only helps host-to-GPU copies "
+      "(tensor.to('cuda', non_blocking=True)). Keep it for the GPU machines, or set it "
+      "from torch.cuda.is_available().";
+  f.why =
+      "Pinned (page-locked) memory lets the GPU copy a batch by DMA while the CPU goes "
+      "on. Without an accelerator torch skips pinning, so the flag costs and buys "
+      "nothing.";
   return f;
 }
 
@@ -52,8 +54,8 @@ std::optional<Evidence> detect(const JobView& job) {
         p->config.num_workers > 0
             ? p->config.num_workers * p->config.prefetch_factor.value_or(kDefaultPrefetchFactor)
             : 0;
-    e.pinned_bytes = e.pinned_bytes.value_or(0) +
-                     *p->batch_bytes_mean * double(queued + kPinnedHeldBatches);
+    e.pinned_bytes =
+        e.pinned_bytes.value_or(0) + *p->batch_bytes_mean * double(queued + kPinnedHeldBatches);
   }
   e.batch_bytes = l.batch_bytes_mean;
   e.num_workers = l.config.num_workers;
@@ -64,8 +66,8 @@ std::optional<Evidence> detect(const JobView& job) {
 report::Finding finding(const Evidence& e) {
   report::Finding f = report::make_finding("pinned_memory_pressure", e.loader, e.rank);
   add_memory_evidence(f, e.memory);
-  f.title = "Memory is short (" + short_sentence(e.memory) +
-            ") and pin_memory=True locks batches in RAM";
+  f.title =
+      "Memory is short (" + short_sentence(e.memory) + ") and pin_memory=True locks batches in RAM";
   if (e.pinned_bytes) f.add("pinned_bytes_estimate", *e.pinned_bytes);
   if (e.batch_bytes) f.add("batch_bytes", *e.batch_bytes);
   f.add("num_workers", double(e.num_workers));
@@ -78,12 +80,13 @@ report::Finding finding(const Evidence& e) {
                              : std::string()) +
           ". Or give the job more memory (docker run --memory, Kubernetes "
           "resources.limits.memory).";
-  f.why = "With pin_memory=True the main process copies every batch into page-locked "
-          "memory, which the kernel can neither swap nor reclaim; about " +
-          (e.pinned_bytes ? bytes_text(*e.pinned_bytes) : std::string("a batch per slot")) +
-          " stays pinned with the batches in flight. When memory is short the rest of the "
-          "job (page cache, the workers) is pushed out instead, and steps stall on swap "
-          "and reclaim.";
+  f.why =
+      "With pin_memory=True the main process copies every batch into page-locked "
+      "memory, which the kernel can neither swap nor reclaim; about " +
+      (e.pinned_bytes ? bytes_text(*e.pinned_bytes) : std::string("a batch per slot")) +
+      " stays pinned with the batches in flight. When memory is short the rest of the "
+      "job (page cache, the workers) is pushed out instead, and steps stall on swap "
+      "and reclaim.";
   return f;
 }
 

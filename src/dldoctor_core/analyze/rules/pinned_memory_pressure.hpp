@@ -25,7 +25,7 @@ report::Finding finding(const Unused& e);
 struct Evidence {
   report::Rank rank;
   Memory memory;
-  int loader = -1;           ///< the pinned loader when there is one, else -1
+  int loader = -1;  ///< the pinned loader when there is one, else -1
   int pinned_loaders = 0;
   std::optional<double> pinned_bytes;  ///< estimate over the pinned loaders
   std::optional<double> batch_bytes;   ///< of the largest pinned loader

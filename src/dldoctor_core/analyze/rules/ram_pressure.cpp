@@ -18,14 +18,16 @@ report::Finding finding(const Evidence& e) {
   report::Finding f = report::make_finding("ram_pressure", -1, e.rank);
   add_memory_evidence(f, e.memory);
   f.title = "Memory is short (" + short_sentence(e.memory) + ")";
-  f.fix = "Find what holds the memory (the workers: see their RSS in the report; a "
-          "dataset held in Python lists or dicts grows in every worker, see "
-          "cow_memory_growth). Use fewer workers or a smaller prefetch_factor, keep the "
-          "dataset's index in numpy arrays, or give the job more memory (docker run "
-          "--memory, Kubernetes resources.limits.memory).";
-  f.why = "When MemAvailable or the cgroup's headroom runs low the kernel reclaims the page "
-          "cache the dataset reads from and swaps, so reads go to storage and steps stall; "
-          "at the limit the OOM killer kills the largest process, usually a worker.";
+  f.fix =
+      "Find what holds the memory (the workers: see their RSS in the report; a "
+      "dataset held in Python lists or dicts grows in every worker, see "
+      "cow_memory_growth). Use fewer workers or a smaller prefetch_factor, keep the "
+      "dataset's index in numpy arrays, or give the job more memory (docker run "
+      "--memory, Kubernetes resources.limits.memory).";
+  f.why =
+      "When MemAvailable or the cgroup's headroom runs low the kernel reclaims the page "
+      "cache the dataset reads from and swaps, so reads go to storage and steps stall; "
+      "at the limit the OOM killer kills the largest process, usually a worker.";
   return f;
 }
 

@@ -17,9 +17,13 @@ namespace {
 
 /// "34.0 MiB", "512 B": sizes as `dldoctor check` writes them (one decimal, binary units).
 std::string check_bytes_text(double n) {
-  static const struct { const char* unit; double size; } kUnits[] = {
-      {"TiB", double(1LL << 40)}, {"GiB", double(1LL << 30)}, {"MiB", double(1 << 20)},
-      {"KiB", double(1 << 10)}};
+  static const struct {
+    const char* unit;
+    double size;
+  } kUnits[] = {{"TiB", double(1LL << 40)},
+                {"GiB", double(1LL << 30)},
+                {"MiB", double(1 << 20)},
+                {"KiB", double(1 << 10)}};
   char buf[48];
   for (const auto& u : kUnits)
     if (std::fabs(n) >= u.size) {
@@ -44,9 +48,10 @@ std::string shm_fix(const std::string& container_kind, double in_flight_bytes) {
   const std::string g = std::to_string(gib);
   char margin[16];
   std::snprintf(margin, sizeof margin, "%g", kShmMargin);
-  const std::string docker =
-      "Docker: docker run --shm-size=" + g + "g ... (or --ipc=host to share the host's "
-      "/dev/shm); docker compose: shm_size: '" + g + "gb'";
+  const std::string docker = "Docker: docker run --shm-size=" + g +
+                             "g ... (or --ipc=host to share the host's "
+                             "/dev/shm); docker compose: shm_size: '" +
+                             g + "gb'";
   const std::string k8s =
       "Kubernetes: mount a memory-backed emptyDir at /dev/shm (its size counts against the "
       "pod's memory limit):\n"
@@ -55,7 +60,9 @@ std::string shm_fix(const std::string& container_kind, double in_flight_bytes) {
       "      - name: dshm\n"
       "        emptyDir:\n"
       "          medium: Memory\n"
-      "          sizeLimit: " + g + "Gi\n"
+      "          sizeLimit: " +
+      g +
+      "Gi\n"
       "    containers:\n"
       "      - name: trainer\n"
       "        volumeMounts:\n"
@@ -78,8 +85,9 @@ std::string shm_fix(const std::string& container_kind, double in_flight_bytes) {
     order = {bare, docker, k8s};
   std::string out = lead + ".";
   for (const std::string& o : order) out += "\n" + o;
-  return out + "\nor keep fewer batches in flight: lower num_workers or prefetch_factor, or a "
-               "smaller batch";
+  return out +
+         "\nor keep fewer batches in flight: lower num_workers or prefetch_factor, or a "
+         "smaller batch";
 }
 
 }  // namespace dldoctor::analyze
@@ -114,7 +122,8 @@ std::string fits_today(const InFlight& f, const LoaderView& l, double free_bytes
     const double per_sample = f.batch_bytes / *l.config.batch_size;
     const int bs = int(std::floor(room / (per_sample * f.batches())));
     if (bs >= 1 && bs < *l.config.batch_size)
-      return "batch_size=" + std::to_string(bs) + " (with gradient accumulation to keep the "
+      return "batch_size=" + std::to_string(bs) +
+             " (with gradient accumulation to keep the "
              "effective batch)";
   }
   return "";
@@ -124,8 +133,8 @@ std::string fits_today(const InFlight& f, const LoaderView& l, double free_bytes
 /// before any batch exists), else the size less the least use the sampler saw.
 std::optional<double> shm_free(const JobView& job) noexcept {
   if (job.facts.shm.free_bytes) return double(*job.facts.shm.free_bytes);
-  const auto total = job.facts.shm.total_bytes ? job.facts.shm.total_bytes
-                                               : job.machine.shm_total_bytes;
+  const auto total =
+      job.facts.shm.total_bytes ? job.facts.shm.total_bytes : job.machine.shm_total_bytes;
   if (total && job.machine.shm_used_min_bytes)
     return double(*total - *job.machine.shm_used_min_bytes);
   return std::nullopt;
@@ -152,8 +161,8 @@ std::optional<Evidence> detect(const JobView& job) {
   Evidence e;
   e.failures = shm_failures(job.failures);
   e.free_bytes = shm_free(job);
-  e.total_bytes = job.facts.shm.total_bytes ? job.facts.shm.total_bytes
-                                            : job.machine.shm_total_bytes;
+  e.total_bytes =
+      job.facts.shm.total_bytes ? job.facts.shm.total_bytes : job.machine.shm_total_bytes;
   e.used_peak_bytes = job.machine.shm_used_max_bytes;
   const auto& total = e.total_bytes;
   const auto& used_peak = e.used_peak_bytes;
@@ -244,11 +253,15 @@ report::Finding finding(const Evidence& e) {
     for (const Failure& y : e.failures) lost += y.lost;
     if (lost > 0) out.add(kBatchesLost, double(lost));
   } else if (e.predicted_over) {
-    out.title = "The batches in flight (" + bytes_text(f->bytes()) + ") will not fit in "
-                "/dev/shm (" + bytes_text(*free) + " free): workers will fail when the queues fill";
+    out.title = "The batches in flight (" + bytes_text(f->bytes()) +
+                ") will not fit in "
+                "/dev/shm (" +
+                bytes_text(*free) + " free): workers will fail when the queues fill";
   } else if (e.thin_margin) {
-    out.title = "The batches in flight (" + bytes_text(f->bytes()) + ") fill more than half of "
-                "/dev/shm (" + bytes_text(*free) + " free): little margin before workers fail";
+    out.title = "The batches in flight (" + bytes_text(f->bytes()) +
+                ") fill more than half of "
+                "/dev/shm (" +
+                bytes_text(*free) + " free): little margin before workers fail";
   } else {
     out.title = "/dev/shm was " + num(100.0 * double(*used_peak) / double(*total)) +
                 "% full while the job ran";
@@ -270,29 +283,33 @@ report::Finding finding(const Evidence& e) {
   if (e.need_bytes > 0) {
     out.fix = sized_fix(e);
   } else {
-    out.fix = "Make /dev/shm larger (Docker: --shm-size or --ipc=host; Kubernetes: an emptyDir "
-              "with medium: Memory at /dev/shm; bare metal: mount -o remount,size=...).";
+    out.fix =
+        "Make /dev/shm larger (Docker: --shm-size or --ipc=host; Kubernetes: an emptyDir "
+        "with medium: Memory at /dev/shm; bare metal: mount -o remount,size=...).";
     if (!e.fits_today.empty())
-      out.fix += " Or, with today's " + (free ? bytes_text(*free) : shm_size) + ", keep fewer "
-                 "batches in flight: " + e.fits_today + " fits with the same margin.";
+      out.fix += " Or, with today's " + (free ? bytes_text(*free) : shm_size) +
+                 ", keep fewer "
+                 "batches in flight: " +
+                 e.fits_today + " fits with the same margin.";
     else if (f)
-      out.fix += " Fewer batches in flight (a smaller prefetch_factor, fewer workers, a smaller "
-                 "batch) would also fit, but none of the settings tried does with today's size.";
+      out.fix +=
+          " Fewer batches in flight (a smaller prefetch_factor, fewer workers, a smaller "
+          "batch) would also fit, but none of the settings tried does with today's size.";
   }
 
-  out.why = "Each worker puts every batch it prepares into a shared-memory segment in /dev/shm "
-            "and keeps up to prefetch_factor of them waiting for the main process, which holds "
-            "one more while it trains: " +
-            (f ? std::to_string(f->workers) + " workers x prefetch_factor " +
-                     std::to_string(f->prefetch) + (f->prefetch_known ? "" : " (torch's default)") +
-                     " + " + std::to_string(kConsumerHeldBatches) + " = " +
-                     std::to_string(f->batches()) + " batches of " + bytes_text(f->batch_bytes) +
-                     ". "
-               : std::string("the batches in flight must fit. ")) +
-            "When /dev/shm is full, allocating a segment fails with \"No space left on device\", "
-            "and touching a page the tmpfs cannot back kills the worker with SIGBUS; a batch "
-            "that fails while it is being sent is lost, and the main process then waits for it "
-            "forever. Containers start with a 64 MiB /dev/shm unless told otherwise.";
+  out.why =
+      "Each worker puts every batch it prepares into a shared-memory segment in /dev/shm "
+      "and keeps up to prefetch_factor of them waiting for the main process, which holds "
+      "one more while it trains: " +
+      (f ? std::to_string(f->workers) + " workers x prefetch_factor " +
+               std::to_string(f->prefetch) + (f->prefetch_known ? "" : " (torch's default)") +
+               " + " + std::to_string(kConsumerHeldBatches) + " = " + std::to_string(f->batches()) +
+               " batches of " + bytes_text(f->batch_bytes) + ". "
+         : std::string("the batches in flight must fit. ")) +
+      "When /dev/shm is full, allocating a segment fails with \"No space left on device\", "
+      "and touching a page the tmpfs cannot back kills the worker with SIGBUS; a batch "
+      "that fails while it is being sent is lost, and the main process then waits for it "
+      "forever. Containers start with a 64 MiB /dev/shm unless told otherwise.";
   return out;
 }
 

@@ -70,7 +70,7 @@ struct Failure {
 struct Evidence {
   report::Rank rank;
   int loader = -1;
-  std::vector<Failure> failures;  ///< empty: a prediction, or use seen near full
+  std::vector<Failure> failures;      ///< empty: a prediction, or use seen near full
   std::optional<InFlight> in_flight;  ///< of the loader the fix is sized from
   std::optional<double> free_bytes;
   std::optional<int64_t> total_bytes, used_peak_bytes;

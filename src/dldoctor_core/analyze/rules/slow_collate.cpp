@@ -53,12 +53,13 @@ report::Finding finding(const Evidence& e) {
   if (ceiling && *ceiling > now && !e.fetch.oversubscribed) {
     const int n = needed <= *ceiling ? needed : *ceiling;
     f.add("recommended_num_workers", double(n));
-    f.fix = "Set num_workers=" + std::to_string(n) + " (now " + std::to_string(now) + ")" +
-            (needed <= *ceiling
-                 ? ": " + std::to_string(n) + " workers supply " + num(n / c.fetch_s) +
-                       " batches/s, above the loop's " + num(c.demand_bps) + "; then " +
-                       cheaper_collate_advice(e.fetch.custom_collate)
-                 : ", all the idle CPUs allow, and " + cheaper_collate_advice(e.fetch.custom_collate));
+    f.fix =
+        "Set num_workers=" + std::to_string(n) + " (now " + std::to_string(now) + ")" +
+        (needed <= *ceiling
+             ? ": " + std::to_string(n) + " workers supply " + num(n / c.fetch_s) +
+                   " batches/s, above the loop's " + num(c.demand_bps) + "; then " +
+                   cheaper_collate_advice(e.fetch.custom_collate)
+             : ", all the idle CPUs allow, and " + cheaper_collate_advice(e.fetch.custom_collate));
   } else {
     f.fix = no_cpu_for_more_workers(x) + cheaper_collate_advice(e.fetch.custom_collate);
   }

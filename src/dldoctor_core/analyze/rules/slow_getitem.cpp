@@ -47,7 +47,8 @@ report::Finding finding(const Evidence& e) {
                             (c.fetch_processes == 1 ? " supplies " : " supply ")) +
             num(c.capacity_bps) + " batches/s, the loop wants " + num(c.demand_bps) + ")";
   add_fetch_evidence(f, x);
-  if (!e.fetch.hot_functions.empty()) f.add("hot_functions", hot_functions_text(e.fetch.hot_functions));
+  if (!e.fetch.hot_functions.empty())
+    f.add("hot_functions", hot_functions_text(e.fetch.hot_functions));
 
   const int needed = e.fetch.needed_workers;
   const std::optional<int>& ceiling = e.fetch.ceiling;
@@ -57,15 +58,14 @@ report::Finding finding(const Evidence& e) {
       f.add("recommended_num_workers", double(needed));
       f.fix = "Set num_workers=" + std::to_string(needed) + " (now " + std::to_string(now) +
               "): " + std::to_string(needed) + " workers at " + num(c.fetch_s * 1e3) +
-              " ms per batch supply " + num(needed / c.fetch_s) +
-              " batches/s, above the loop's " + num(c.demand_bps) + ", and " +
-              count_of(*ceiling - now, "CPU") + (*ceiling - now == 1 ? " is" : " are") +
-              " idle.";
+              " ms per batch supply " + num(needed / c.fetch_s) + " batches/s, above the loop's " +
+              num(c.demand_bps) + ", and " + count_of(*ceiling - now, "CPU") +
+              (*ceiling - now == 1 ? " is" : " are") + " idle.";
     } else {
       f.add("recommended_num_workers", double(*ceiling));
       f.fix = "Set num_workers=" + std::to_string(*ceiling) + " (now " + std::to_string(now) +
-              "), all the idle CPUs allow (" + std::to_string(needed) +
-              " would be needed), and " + cheaper_getitem_advice(e.fetch.hot_functions);
+              "), all the idle CPUs allow (" + std::to_string(needed) + " would be needed), and " +
+              cheaper_getitem_advice(e.fetch.hot_functions);
     }
   } else {
     f.fix = no_cpu_for_more_workers(x) + cheaper_getitem_advice(e.fetch.hot_functions);
@@ -80,8 +80,9 @@ report::Finding finding(const Evidence& e) {
           "samples, so it speeds up only with more CPUs working on it or less work per "
           "sample.";
   if (e.fetch.oversubscribed)
-    f.why += " The workers already outnumber the usable CPUs (see too_many_workers), so "
-             "the cost per sample is what is left to cut.";
+    f.why +=
+        " The workers already outnumber the usable CPUs (see too_many_workers), so "
+        "the cost per sample is what is left to cut.";
   return f;
 }
 

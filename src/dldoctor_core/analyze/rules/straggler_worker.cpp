@@ -19,8 +19,7 @@ std::vector<Evidence> detect(const JobView& job) {
   for (const LoaderView& l : job.loaders) {
     if (l.config.num_workers < 2 || !stalled(l)) continue;
     if (!l.config.in_order()) continue;  // out of order, nothing waits behind a straggler
-    if (!l.head_of_line_s || !l.wait_s || l.loop_s <= 0 || !l.fetch_p50_ms ||
-        *l.fetch_p50_ms <= 0)
+    if (!l.head_of_line_s || !l.wait_s || l.loop_s <= 0 || !l.fetch_p50_ms || *l.fetch_p50_ms <= 0)
       continue;
     Evidence e;
     e.hol_share = *l.head_of_line_s / l.loop_s;
@@ -60,9 +59,8 @@ std::vector<Evidence> detect(const JobView& job) {
     e.fetch_max_ms = l.fetch_max_ms;
     e.worker_fetch = l.worker_fetch;
     e.short_of_demand = shortfall(l).has_value();
-    e.rank = {(!e.short_of_demand && e.hol_of_wait >= kHolShareOfWait)
-                  ? report::Severity::kCritical
-                  : report::Severity::kWarning,
+    e.rank = {(!e.short_of_demand && e.hol_of_wait >= kHolShareOfWait) ? report::Severity::kCritical
+                                                                       : report::Severity::kWarning,
               report::Tier::kMeasure, e.data_stall_fraction * std::min(1.0, e.hol_of_wait)};
     out.push_back(std::move(e));
   }
@@ -125,7 +123,8 @@ report::Finding finding(const Evidence& e) {
   std::string fix =
       "Set in_order=False on the DataLoader (torch >= 2.6): batches are then handed out as "
       "they are ready, so a slow one no longer holds back the " +
-      num(double(e.head_of_line_batches)) + " waits seen behind it (the order of batches "
+      num(double(e.head_of_line_batches)) +
+      " waits seen behind it (the order of batches "
       "within an epoch changes; fine for shuffled training).";
   if (e.slow_worker)
     fix += " Then find why worker " + std::to_string(e.slow_worker->worker) +
@@ -138,16 +137,18 @@ report::Finding finding(const Evidence& e) {
            "size (long sequences, large images), bucket samples of similar size into the "
            "same batches.";
   f.fix = std::move(fix);
-  f.why = "Batches are fetched round-robin by the workers but handed out in order: while the "
-          "loop waits for a slow batch, the batches after it sit finished in the queue, and "
-          "the other workers stop once their prefetch slots fill. Here the loop waited " +
-          num(e.head_of_line_s) + " s (" + num(e.hol_share * 100) +
-          "% of the loop) for a batch while a later one was already done; the median batch "
-          "takes " + ms(e.fetch_p50_ms) + " and the slowest " +
-          ms(e.fetch_max_ms.value_or(e.fetch_p50_ms)) + ".";
+  f.why =
+      "Batches are fetched round-robin by the workers but handed out in order: while the "
+      "loop waits for a slow batch, the batches after it sit finished in the queue, and "
+      "the other workers stop once their prefetch slots fill. Here the loop waited " +
+      num(e.head_of_line_s) + " s (" + num(e.hol_share * 100) +
+      "% of the loop) for a batch while a later one was already done; the median batch "
+      "takes " +
+      ms(e.fetch_p50_ms) + " and the slowest " + ms(e.fetch_max_ms.value_or(e.fetch_p50_ms)) + ".";
   if (e.short_of_demand)
-    f.why += " The workers are also short of the loop's demand on average, so the slow "
-             "fetch itself is a cause as well (see slow_getitem / io_bound).";
+    f.why +=
+        " The workers are also short of the loop's demand on average, so the slow "
+        "fetch itself is a cause as well (see slow_getitem / io_bound).";
   return f;
 }
 

@@ -41,8 +41,8 @@ std::vector<Evidence> detect(const JobView& job) {
       proven = *w.involuntary_cs_per_s >= kThreadInvoluntaryCsPerS;
     if (!proven) continue;  // many threads, but they do not compete: never on counts alone
     e.loader_stalls = stalled(l);
-    const bool main_queued = job.main_process.runq_delay_pct &&
-                             *job.main_process.runq_delay_pct >= kMainRunQueuePct;
+    const bool main_queued =
+        job.main_process.runq_delay_pct && *job.main_process.runq_delay_pct >= kMainRunQueuePct;
     if (!e.loader_stalls && !main_queued) continue;
 
     e.loader = l.loader;
@@ -74,8 +74,8 @@ report::Finding finding(const Evidence& e) {
   const ProcAgg& w = e.pools;
   const std::string n = std::to_string(e.per_worker);
   report::Finding f = report::make_finding("thread_oversubscription", e.loader, e.rank);
-  f.title = "Loader " + std::to_string(e.loader) + ": " + count_of(e.workers, "worker") +
-            " run " + num(*w.active_threads) + " busy threads each on " +
+  f.title = "Loader " + std::to_string(e.loader) + ": " + count_of(e.workers, "worker") + " run " +
+            num(*w.active_threads) + " busy threads each on " +
             count_of(e.usable_cpus, "usable CPU") + ": their thread pools queue for a CPU";
   if (e.data_stall_fraction) f.add("data_stall_fraction", *e.data_stall_fraction);
   f.add("num_workers", double(e.workers));
@@ -101,27 +101,31 @@ report::Finding finding(const Evidence& e) {
 
   const auto& libs = e.libraries;
   std::string fix = "Cap each worker's thread pools at " + n + " thread" +
-                    (e.per_worker == 1 ? "" : "s") + " (usable CPUs " + num(e.usable_cpus) +
-                    " / " + count_of(e.job_workers, "worker") + "): ";
+                    (e.per_worker == 1 ? "" : "s") + " (usable CPUs " + num(e.usable_cpus) + " / " +
+                    count_of(e.job_workers, "worker") + "): ";
   const bool omp = libs.empty() || has(libs, "OpenMP") || has(libs, "MKL") || e.torch_threads;
   if (omp) {
     fix += "torch.set_num_threads(" + n + ") for PyTorch's intra-op pool";
     if (e.torch_threads && *e.torch_threads > e.per_worker)
       fix += " (it is " + std::to_string(*e.torch_threads) +
              " in the workers; PyTorch sets 1 in every worker, so your code or a library "
-             "raised it: remove that call, or call torch.set_num_threads(" + n + ") after it)";
+             "raised it: remove that call, or call torch.set_num_threads(" +
+             n + ") after it)";
     else
-      fix += " (PyTorch sets 1 in every worker; something in __getitem__ or a library it "
-             "calls raises it: remove that call, or call torch.set_num_threads(" + n +
-             ") after it)";
+      fix +=
+          " (PyTorch sets 1 in every worker; something in __getitem__ or a library it "
+          "calls raises it: remove that call, or call torch.set_num_threads(" +
+          n + ") after it)";
     fix += "; ";
   }
   fix += "OMP_NUM_THREADS=" + n + " MKL_NUM_THREADS=" + n + " OPENBLAS_NUM_THREADS=" + n +
          " in the job's environment before it starts (the libraries read them once, when "
          "they load)";
   if (has(libs, "OpenBLAS") || has(libs, "BLIS"))
-    fix += "; numpy's BLAS pool is not covered by torch.set_num_threads: "
-           "threadpoolctl.threadpool_limits(" + n + ") in worker_init_fn";
+    fix +=
+        "; numpy's BLAS pool is not covered by torch.set_num_threads: "
+        "threadpoolctl.threadpool_limits(" +
+        n + ") in worker_init_fn";
   if (has(libs, "OpenCV"))
     fix += "; OpenCV keeps its own pool: cv2.setNumThreads(" + n + ") in worker_init_fn";
   if (has(libs, "TBB"))
@@ -142,7 +146,8 @@ report::Finding finding(const Evidence& e) {
           "uses every CPU without the fight.";
   if (!e.loader_stalls)
     f.why += " The loader keeps up, but the main process waits " +
-             num(*e.main_run_queue_delay_pct) + "% of its time for a CPU: the pools "
+             num(*e.main_run_queue_delay_pct) +
+             "% of its time for a CPU: the pools "
              "slow the training step.";
   return f;
 }

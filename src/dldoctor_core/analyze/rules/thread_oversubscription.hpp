@@ -51,15 +51,15 @@ inline constexpr double kMainQueuedScore = 0.01;
 struct Evidence {
   report::Rank rank;
   int loader = 0;
-  int workers = 0;       ///< this loader's
-  int job_workers = 0;   ///< every loader's, for the CPUs to share
+  int workers = 0;      ///< this loader's
+  int job_workers = 0;  ///< every loader's, for the CPUs to share
   double usable_cpus = 0;
   std::optional<double> data_stall_fraction;
   bool loader_stalls = false;  ///< else the main process queues for a CPU
   ProcAgg pools;               ///< the workers' sampler figures (threads, run queue, CPU)
   double active_total = 0;     ///< threads that want a CPU, all workers
   std::optional<double> main_run_queue_delay_pct;
-  std::set<std::string> libraries;  ///< pool libraries mapped into the workers
+  std::set<std::string> libraries;                       ///< pool libraries mapped into the workers
   std::vector<std::pair<std::string, std::string>> env;  ///< the variables that size them
   std::optional<int> torch_threads;
   int per_worker = 1;  ///< threads each worker's pools should be capped at

@@ -108,20 +108,21 @@ report::Finding finding(const Evidence& e) {
   f.fix = std::move(fix);
   f.why = std::to_string(o.total_workers) + " worker processes compete for " +
           count_of(o.usable_cpus, "usable CPU") + " (affinity and cgroup quota)" +
-          (o.runq_delay_pct ? ", so each waits " + num(*o.runq_delay_pct) +
-                                  "% of its time in the run queue"
-                            : std::string()) +
-          (o.involuntary_cs_per_s ? " and is preempted " + num(*o.involuntary_cs_per_s) +
-                                        " times a second"
-                                  : std::string()) +
+          (o.runq_delay_pct
+               ? ", so each waits " + num(*o.runq_delay_pct) + "% of its time in the run queue"
+               : std::string()) +
+          (o.involuntary_cs_per_s
+               ? " and is preempted " + num(*o.involuntary_cs_per_s) + " times a second"
+               : std::string()) +
           ": they take turns instead of working in parallel, and every switch costs cache "
           "warmth and memory. One CPU is left to the main process because it unpickles every "
           "batch and runs the training step; a worker on its CPU slows every step. "
           "os.cpu_count() counts every CPU of the machine even when taskset, affinity or a "
           "container quota allow fewer.";
   if (!o.proven)
-    f.why += " The sampler could not read run-queue delay or context switches, so the "
-             "contention itself is not proven.";
+    f.why +=
+        " The sampler could not read run-queue delay or context switches, so the "
+        "contention itself is not proven.";
   return f;
 }
 

@@ -42,7 +42,7 @@ struct Evidence {
   report::Rank rank;
   int loader = -1;  ///< the one stalled loader when only it has workers, else -1
   Oversubscription over;
-  double data_stall_fraction = 0;  ///< the highest of the stalled loaders
+  double data_stall_fraction = 0;                 ///< the highest of the stalled loaders
   std::vector<std::pair<int, int>> with_workers;  ///< (loader, num_workers) of those with workers
   std::optional<double> worker_cpu_pct;
   std::vector<std::pair<int, double>> worker_cpu_pct_each;  ///< (pid, %)

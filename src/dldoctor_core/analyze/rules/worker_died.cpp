@@ -89,9 +89,12 @@ report::Finding finding(const Evidence& e) {
   const std::string who = "DataLoader worker " + std::to_string(d.worker) +
                           (d.pid ? " (pid " + std::to_string(d.pid) + ")" : std::string());
   std::string how;
-  if (d.signal) how = "killed by " + signal_name(*d.signal);
-  else if (d.exit_code) how = "exited with code " + std::to_string(*d.exit_code);
-  else how = "died";
+  if (d.signal)
+    how = "killed by " + signal_name(*d.signal);
+  else if (d.exit_code)
+    how = "exited with code " + std::to_string(*d.exit_code);
+  else
+    how = "died";
 
   std::string reason, fix, why;
   const auto limit = d.cgroup_limit_bytes;
@@ -101,57 +104,66 @@ report::Finding finding(const Evidence& e) {
     case Reason::kLikelyOom:
       reason = e.reason == Reason::kOomKiller ? "the OOM killer"
                                               : "the OOM killer (memory at its limit)";
-      fix = "Give each worker less to hold, or the job more memory: " + fewer_workers(e.num_workers) +
-            "a smaller prefetch_factor or batch; keep the dataset's index in numpy arrays "
-            "or tensors rather than Python lists and dicts (each worker's reads copy those "
-            "pages, see cow_memory_growth); load large files lazily in __getitem__ rather "
-            "than in __init__. Or raise the limit: docker run --memory, Kubernetes "
-            "resources.limits.memory" +
-            (limit ? std::string(" (now ") + bytes_text(double(*limit)) + ")" : std::string()) +
-            ".";
-      why = "The kernel's OOM killer picks the process with the most memory when the "
-            "machine or the job's memory cgroup runs out, and a worker that grows (copies "
-            "of the dataset, a cache, big batches) is that process. It is killed with "
-            "SIGKILL, so it leaves no traceback; torch only sees the worker gone.";
+      fix =
+          "Give each worker less to hold, or the job more memory: " + fewer_workers(e.num_workers) +
+          "a smaller prefetch_factor or batch; keep the dataset's index in numpy arrays "
+          "or tensors rather than Python lists and dicts (each worker's reads copy those "
+          "pages, see cow_memory_growth); load large files lazily in __getitem__ rather "
+          "than in __init__. Or raise the limit: docker run --memory, Kubernetes "
+          "resources.limits.memory" +
+          (limit ? std::string(" (now ") + bytes_text(double(*limit)) + ")" : std::string()) + ".";
+      why =
+          "The kernel's OOM killer picks the process with the most memory when the "
+          "machine or the job's memory cgroup runs out, and a worker that grows (copies "
+          "of the dataset, a cache, big batches) is that process. It is killed with "
+          "SIGKILL, so it leaves no traceback; torch only sees the worker gone.";
       break;
     case Reason::kSigkill:
       reason = "SIGKILL from outside the job (no OOM kill was counted)";
-      fix = "Find who sent it: a scheduler's time or memory limit (SLURM, Kubernetes "
-            "eviction), a watchdog, or an OOM kill outside this cgroup (dmesg | grep -i "
-            "'killed process').";
-      why = "SIGKILL cannot be caught, so the worker leaves no traceback. The job's memory "
-            "cgroup did not count an OOM kill, so something else sent it.";
+      fix =
+          "Find who sent it: a scheduler's time or memory limit (SLURM, Kubernetes "
+          "eviction), a watchdog, or an OOM kill outside this cgroup (dmesg | grep -i "
+          "'killed process').";
+      why =
+          "SIGKILL cannot be caught, so the worker leaves no traceback. The job's memory "
+          "cgroup did not count an OOM kill, so something else sent it.";
       break;
     case Reason::kSegfault:
       reason = "a segmentation fault in native code";
-      fix = "Run the loader with num_workers=0 to get the crash in the main process, with "
-            "python -X faulthandler for the Python stack; common causes are a C extension "
-            "used after fork (OpenCV, a database or HDF5 handle opened in __init__: open it "
-            "in worker_init_fn or lazily in __getitem__), or multiprocessing_context="
-            "'spawn' when the parent had threads.";
-      why = "A worker that crashes in C code dies without a Python traceback; torch only "
-            "sees the signal.";
+      fix =
+          "Run the loader with num_workers=0 to get the crash in the main process, with "
+          "python -X faulthandler for the Python stack; common causes are a C extension "
+          "used after fork (OpenCV, a database or HDF5 handle opened in __init__: open it "
+          "in worker_init_fn or lazily in __getitem__), or multiprocessing_context="
+          "'spawn' when the parent had threads.";
+      why =
+          "A worker that crashes in C code dies without a Python traceback; torch only "
+          "sees the signal.";
       break;
     case Reason::kBusError:
       reason = "a bus error (shared memory that could not be backed: see shm_exhausted)";
       fix = "Make /dev/shm large enough for the batches in flight (see shm_exhausted).";
-      why = "SIGBUS in a DataLoader worker comes from touching a shared-memory page the "
-            "tmpfs behind /dev/shm has no room for.";
+      why =
+          "SIGBUS in a DataLoader worker comes from touching a shared-memory page the "
+          "tmpfs behind /dev/shm has no room for.";
       break;
     case Reason::kOtherSignal:
       reason = how;
-      fix = "Run with num_workers=0 to reproduce in the main process, where the error is "
-            "raised with its traceback.";
+      fix =
+          "Run with num_workers=0 to reproduce in the main process, where the error is "
+          "raised with its traceback.";
       why = "A worker killed by a signal leaves no traceback; torch only sees the signal.";
       break;
     case Reason::kExit:
       reason = "exit code " + std::to_string(*d.exit_code) +
                " (os._exit or sys.exit in dataset code, or a library that exits)";
-      fix = "Look at what it printed last (stderr_tail) and at calls to sys.exit / os._exit "
-            "/ exit() in the dataset, its libraries and worker_init_fn; raise an exception "
-            "instead, which torch re-raises in the main process with its traceback.";
-      why = "A worker that exits on its own leaves no exception for torch to forward, so the "
-            "main process only learns that it exited unexpectedly.";
+      fix =
+          "Look at what it printed last (stderr_tail) and at calls to sys.exit / os._exit "
+          "/ exit() in the dataset, its libraries and worker_init_fn; raise an exception "
+          "instead, which torch re-raises in the main process with its traceback.";
+      why =
+          "A worker that exits on its own leaves no exception for torch to forward, so the "
+          "main process only learns that it exited unexpectedly.";
       break;
     case Reason::kUnknown:
       reason = "unknown (no exit status could be read)";

@@ -23,8 +23,16 @@ namespace dldoctor::analyze::worker_died {
 inline constexpr double kOomNearLimitFraction = 0.95;
 
 /// Why a worker died, as its exit status and the memory counters tell.
-enum class Reason { kOomKiller, kLikelyOom, kSigkill, kSegfault, kBusError, kOtherSignal, kExit,
-                    kUnknown };
+enum class Reason {
+  kOomKiller,
+  kLikelyOom,
+  kSigkill,
+  kSegfault,
+  kBusError,
+  kOtherSignal,
+  kExit,
+  kUnknown
+};
 Reason reason_of(const WorkerDeath& d) noexcept;
 
 /// The deaths of one reason (a crash loop kills the same way many times): the first carries

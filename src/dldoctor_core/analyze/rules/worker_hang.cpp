@@ -18,13 +18,17 @@ std::string stage_of(const Suspect& s, const watchdog::LoaderContext* loader) {
   if (r.io_wait) return "io";
   if (collate_deadlock::deadlocked_in_collate(r)) return "";
   switch (r.place) {
-    case Place::kGetitem: return "getitem";
+    case Place::kGetitem:
+      return "getitem";
     // Starting up with CPU progress (imports, unpickling the dataset under spawn) is slow,
     // not stuck: the watchdog looks again one timeout later.
-    case Place::kWorkerInit: return r.busy ? "" : "worker_init";
-    case Place::kCollate: return "collate";
+    case Place::kWorkerInit:
+      return r.busy ? "" : "worker_init";
+    case Place::kCollate:
+      return "collate";
     case Place::kSending:
-    case Place::kOther: return p.worker >= 0 ? "other" : "";
+    case Place::kOther:
+      return p.worker >= 0 ? "other" : "";
     case Place::kUnknown: {
       // No stack: a worker is stuck only if it is known to owe a batch.
       if (p.worker < 0 || loader == nullptr) return "";
@@ -32,7 +36,8 @@ std::string stage_of(const Suspect& s, const watchdog::LoaderContext* loader) {
       auto it = loader->outstanding.find(p.worker);
       return it != loader->outstanding.end() && !it->second.empty() ? "other" : "";
     }
-    default: return "";
+    default:
+      return "";
   }
 }
 
@@ -59,8 +64,8 @@ void set_fix_why(report::Finding& f, const std::string& stage, const Suspect& s)
       " Set DataLoader(timeout=...) (e.g. 10x the normal time per batch) so a stuck worker "
       "raises an error naming it instead of hanging silently.";
   if (stage == "io") {
-    std::string target = s.process->io_target.empty() ? "the dataset's storage"
-                                                       : s.process->io_target;
+    std::string target =
+        s.process->io_target.empty() ? "the dataset's storage" : s.process->io_target;
     f.fix = "Check " + target +
             ": a hung NFS/FUSE mount or a failing disk keeps the process in D state, where no "
             "timeout or signal reaches it. Look at `dmesg` and try `stat` on the path from a "
@@ -75,7 +80,8 @@ void set_fix_why(report::Finding& f, const std::string& stage, const Suspect& s)
   if (s.reading.busy) {
     f.fix = "The worker is using CPU but returns nothing" + at +
             ": look for a loop that never ends or work that grows without bound there (run one "
-            "sample with num_workers=0 under a profiler)." + timeout;
+            "sample with num_workers=0 under a profiler)." +
+            timeout;
     f.why =
         "The main process takes batches in order, so one worker that never finishes its batch "
         "stops the whole loader, even while the others are idle.";
@@ -84,7 +90,8 @@ void set_fix_why(report::Finding& f, const std::string& stage, const Suspect& s)
   if (stage == "getitem") {
     f.fix = "Find what __getitem__ waits for" + at +
             " (an Event never set, a socket or pipe with no writer, a lock or queue shared "
-            "with another process) and give that wait a timeout." + timeout;
+            "with another process) and give that wait a timeout." +
+            timeout;
     f.why =
         "The main process takes batches in order, so one worker stuck in the dataset stops the "
         "whole loader; without a timeout the DataLoader waits forever and says nothing.";
@@ -99,14 +106,14 @@ void set_fix_why(report::Finding& f, const std::string& stage, const Suspect& s)
   } else if (stage == "collate") {
     f.fix = "collate_fn is not returning" + at +
             ": find what it waits for and give that wait a timeout, or let collate_fn only "
-            "combine the samples it is given." + timeout;
+            "combine the samples it is given." +
+            timeout;
     f.why =
         "The main process takes batches in order, so one worker stuck in collate_fn stops the "
         "whole loader.";
   } else {
     f.fix = "Find what the worker waits for" + at + " and give that wait a timeout." + timeout;
-    f.why =
-        "The main process takes batches in order, so one stuck worker stops the whole loader.";
+    f.why = "The main process takes batches in order, so one stuck worker stops the whole loader.";
   }
 }
 

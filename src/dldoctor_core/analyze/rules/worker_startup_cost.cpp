@@ -88,8 +88,8 @@ report::Finding finding(const Evidence& e) {
   else
     f.title = "Loader " + std::to_string(e.loader) + ": starting the workers took " +
               num(e.first_overhead) + " s (" + num(e.first_share * 100) +
-              "% of the run so far), the dataset pickled to " +
-              num(double(*e.pickled) / kMiB) + " MiB per worker";
+              "% of the run so far), the dataset pickled to " + num(double(*e.pickled) / kMiB) +
+              " MiB per worker";
   f.add("epochs", double(e.epochs.size()));
   f.add("restarts", double(e.restarts));
   std::string each;
@@ -115,10 +115,11 @@ report::Finding finding(const Evidence& e) {
 
   std::string fix;
   if (e.repeated)
-    fix = "Set persistent_workers=True: the workers and the dataset copy each holds then "
-          "live across epochs, and only the first epoch pays the start-up (about " +
-          num(e.restart_overhead) + " s over these " + std::to_string(e.restarts) +
-          " restarts, " + num(e.restart_share * 100) + "% of the epochs).";
+    fix =
+        "Set persistent_workers=True: the workers and the dataset copy each holds then "
+        "live across epochs, and only the first epoch pays the start-up (about " +
+        num(e.restart_overhead) + " s over these " + std::to_string(e.restarts) + " restarts, " +
+        num(e.restart_share * 100) + "% of the epochs).";
   if (e.heavy) {
     fix += std::string(fix.empty() ? "" : " ") + "Make the dataset lighter to send: under " +
            method + " it is pickled for each of the " + count_of(e.num_workers, "worker") +
@@ -131,7 +132,8 @@ report::Finding finding(const Evidence& e) {
     fix += " Or use multiprocessing_context='fork' where it is safe.";
   }
   if (e.spawned && e.repeated && !e.heavy)
-    fix += " Under " + method + " each worker also starts a fresh interpreter and imports "
+    fix += " Under " + method +
+           " each worker also starts a fresh interpreter and imports "
            "torch: multiprocessing_context='fork' starts in milliseconds where it is safe "
            "(no CUDA initialized and no lock-holding threads in the main process).";
   f.fix = std::move(fix);

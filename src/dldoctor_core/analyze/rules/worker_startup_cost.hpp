@@ -41,7 +41,7 @@ struct EpochCost {
   double latency_s = 0;
   double overhead_s = 0;  ///< latency beyond one batch's fetch
   double wall_s = 0;
-  bool restart = false;   ///< workers started afresh for it (not its loader's first)
+  bool restart = false;  ///< workers started afresh for it (not its loader's first)
 };
 
 struct Evidence {
@@ -51,10 +51,10 @@ struct Evidence {
   double wall = 0, restart_overhead = 0, first_overhead = 0;
   int restarts = 0;
   double restart_share = 0, first_share = 0;
-  bool repeated = false;  ///< paid every epoch; else once (persistent or one epoch), heavy
-  bool spawned = false;   ///< spawn or forkserver
-  bool heavy = false;     ///< spawned with a dataset of kHeavyPickleBytes or more
-  std::string method;     ///< "spawn", "forkserver", "fork", "unknown"
+  bool repeated = false;           ///< paid every epoch; else once (persistent or one epoch), heavy
+  bool spawned = false;            ///< spawn or forkserver
+  bool heavy = false;              ///< spawned with a dataset of kHeavyPickleBytes or more
+  std::string method;              ///< "spawn", "forkserver", "fork", "unknown"
   std::optional<int64_t> pickled;  ///< the dataset's pickled size
   bool pickle_complete = true;
   std::optional<double> fetch_p50_ms;
