@@ -1,5 +1,5 @@
 // The data of a hang: what was captured from every process of the job when no batch came for
-// the hang timeout (HangSnapshot), and what the hang rules (analyze/) need to know about the
+// the hang timeout (HangSnapshot), and what the hang rules (the analyzer) need to know about the
 // loaders beyond it (HangContext). The watchdog fills the first; the caller's probe supplies
 // the second. Nothing here decides what the hang is.
 #pragma once
