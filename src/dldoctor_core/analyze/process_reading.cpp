@@ -154,28 +154,11 @@ void read_worker_loop(const std::vector<PyFrame>& frames, size_t loop_at,
 }  // namespace
 
 const char* place_name(Place p) noexcept {
-  switch (p) {
-    case Place::kGone:
-      return "gone";
-    case Place::kIdle:
-      return "idle";
-    case Place::kInLoader:
-      return "in_loader";
-    case Place::kOutsideLoader:
-      return "outside_loader";
-    case Place::kCollate:
-      return "collate";
-    case Place::kGetitem:
-      return "getitem";
-    case Place::kWorkerInit:
-      return "worker_init";
-    case Place::kSending:
-      return "sending";
-    case Place::kOther:
-      return "other";
-    default:
-      return "unknown";
-  }
+  // In the order of Place.
+  static constexpr const char* kNames[] = {"unknown",        "gone",    "idle",    "in_loader",
+                                           "outside_loader", "collate", "getitem", "worker_init",
+                                           "sending",        "other"};
+  return kNames[size_t(p)];
 }
 
 const PyFrame* ProcessReading::frame(const ProcessCapture& p) const noexcept {

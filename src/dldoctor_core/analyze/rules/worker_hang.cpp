@@ -87,34 +87,36 @@ void set_fix_why(report::Finding& f, const std::string& stage, const Suspect& s)
         "stops the whole loader, even while the others are idle.";
     return;
   }
-  if (stage == "getitem") {
-    f.fix = "Find what __getitem__ waits for" + at +
-            " (an Event never set, a socket or pipe with no writer, a lock or queue shared "
-            "with another process) and give that wait a timeout." +
-            timeout;
-    f.why =
-        "The main process takes batches in order, so one worker stuck in the dataset stops the "
-        "whole loader; without a timeout the DataLoader waits forever and says nothing.";
-  } else if (stage == "worker_init") {
-    f.fix = "Make the worker's startup finish" + at +
-            ": worker_init_fn and the dataset's setup in the worker must not wait on anything "
-            "the main process or other workers provide; give such waits a timeout." +
-            timeout;
-    f.why =
-        "A worker takes no indices until its startup finishes; the main process waits for its "
-        "first batch forever.";
-  } else if (stage == "collate") {
-    f.fix = "collate_fn is not returning" + at +
-            ": find what it waits for and give that wait a timeout, or let collate_fn only "
-            "combine the samples it is given." +
-            timeout;
-    f.why =
-        "The main process takes batches in order, so one worker stuck in collate_fn stops the "
-        "whole loader.";
-  } else {
-    f.fix = "Find what the worker waits for" + at + " and give that wait a timeout." + timeout;
-    f.why = "The main process takes batches in order, so one stuck worker stops the whole loader.";
-  }
+  // A stuck, idle worker: what to look for where it stopped, the frame inserted after `head`.
+  struct Words {
+    const char* stage;
+    const char* head;
+    const char* tail;
+    const char* why;
+  };
+  static constexpr Words kWords[] = {
+      {"getitem", "Find what __getitem__ waits for",
+       " (an Event never set, a socket or pipe with no writer, a lock or queue shared with "
+       "another process) and give that wait a timeout.",
+       "The main process takes batches in order, so one worker stuck in the dataset stops the "
+       "whole loader; without a timeout the DataLoader waits forever and says nothing."},
+      {"worker_init", "Make the worker's startup finish",
+       ": worker_init_fn and the dataset's setup in the worker must not wait on anything the "
+       "main process or other workers provide; give such waits a timeout.",
+       "A worker takes no indices until its startup finishes; the main process waits for its "
+       "first batch forever."},
+      {"collate", "collate_fn is not returning",
+       ": find what it waits for and give that wait a timeout, or let collate_fn only combine "
+       "the samples it is given.",
+       "The main process takes batches in order, so one worker stuck in collate_fn stops the "
+       "whole loader."},
+      {"", "Find what the worker waits for", " and give that wait a timeout.",
+       "The main process takes batches in order, so one stuck worker stops the whole loader."},
+  };
+  const Words* w = kWords;
+  while (w->stage[0] != '\0' && stage != w->stage) ++w;  // the last one for any other stage
+  f.fix = w->head + at + w->tail + timeout;
+  f.why = w->why;
 }
 
 /// Whether a worker of `loader` used CPU over the stall: it is working, only slowly.
