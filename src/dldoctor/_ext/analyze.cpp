@@ -77,9 +77,7 @@ nb::dict finding_to_dict(const report::Finding& f) {
 }
 
 nb::list findings_to_list(const std::vector<report::Finding>& findings) {
-  nb::list out;
-  for (const report::Finding& f : findings) out.append(finding_to_dict(f));
-  return out;
+  return list_of(findings, finding_to_dict);
 }
 
 report::Finding finding_from_dict(nb::handle d) {
@@ -152,9 +150,7 @@ nb::dict loader_summary_to_dict(const analyze::LoaderSummary& s) {
 }
 
 nb::list loader_summaries_to_list(const std::vector<analyze::LoaderSummary>& loaders) {
-  nb::list out;
-  for (const analyze::LoaderSummary& s : loaders) out.append(loader_summary_to_dict(s));
-  return out;
+  return list_of(loaders, loader_summary_to_dict);
 }
 
 // --- in --------------------------------------------------------------------------------------

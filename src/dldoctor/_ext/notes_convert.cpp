@@ -19,6 +19,14 @@ analyze::ErrorSource source_from(const std::string& s) {
   throw Error("failure note: unknown error source '" + s + "'");
 }
 
+/// The process a note is about: its loader, worker id and pid.
+template <typename Note>
+void read_process(Note& x, nb::handle d, int loader, const char* w) {
+  x.loader = loader;
+  x.worker = read<int>(d, "worker", w).value_or(-1);
+  x.pid = read<int>(d, "pid", w).value_or(0);
+}
+
 }  // namespace
 
 analyze::FailureNote failure_note_from_dict(nb::handle d) {
@@ -29,9 +37,7 @@ analyze::FailureNote failure_note_from_dict(nb::handle d) {
   const int loader = read<int>(d, "loader", w).value_or(-1);
   if (kind == "death") {
     analyze::WorkerDeath x;
-    x.loader = loader;
-    x.worker = read<int>(d, "worker", w).value_or(-1);
-    x.pid = read<int>(d, "pid", w).value_or(0);
+    read_process(x, d, loader, w);
     x.exit_code = read<int>(d, "exit_code", w);
     x.signal = read<int>(d, "signal", w);
     if (x.signal && *x.signal <= 0) x.signal.reset();
@@ -48,9 +54,7 @@ analyze::FailureNote failure_note_from_dict(nb::handle d) {
   if (kind == "error") {
     analyze::ErrorNote x;
     x.source = source_from(read_str(d, "source", w));
-    x.loader = loader;
-    x.worker = read<int>(d, "worker", w).value_or(-1);
-    x.pid = read<int>(d, "pid", w).value_or(0);
+    read_process(x, d, loader, w);
     x.type = read_str(d, "type", w);
     x.message = read_str(d, "message", w);
     if (x.message.size() > 4096) x.message.resize(4096);

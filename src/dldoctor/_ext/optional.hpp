@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "dldoctor_core/common/error.hpp"
 
@@ -20,6 +21,14 @@ namespace dldoctor::ext {
 template <typename T>
 nanobind::object opt(const std::optional<T>& v) {
   return v ? nanobind::cast(*v) : nanobind::none();
+}
+
+/// [to_py(x) for x in xs].
+template <typename T, typename F>
+nanobind::list list_of(const std::vector<T>& xs, F to_py) {
+  nanobind::list out;
+  for (const T& x : xs) out.append(to_py(x));
+  return out;
 }
 
 /// "int", "str", ...: the Python type of `v`, for messages.

@@ -58,9 +58,7 @@ nb::list threads_list(const std::vector<wd::PyThreadStack>& stacks) {
     d["no_python_frame"] = t.no_python_frame;
     d["elided"] = t.elided;
     d["truncated"] = t.truncated;
-    nb::list frames;
-    for (const wd::PyFrame& f : t.frames) frames.append(frame_dict(f));
-    d["frames"] = frames;
+    d["frames"] = list_of(t.frames, frame_dict);
     out.append(d);
   }
   return out;
@@ -123,9 +121,7 @@ nb::dict snapshot_dict(const wd::HangSnapshot& s) {
   d["t_ns"] = s.t_ns;
   d["stalled_s"] = s.stalled_s;
   d["timeout_s"] = s.timeout_s;
-  nb::list procs;
-  for (const wd::ProcessCapture& p : s.processes) procs.append(capture_dict(p));
-  d["processes"] = procs;
+  d["processes"] = list_of(s.processes, capture_dict);
   return d;
 }
 

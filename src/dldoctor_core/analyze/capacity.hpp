@@ -3,6 +3,7 @@
 // loaders between them on the same figures.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -101,6 +102,12 @@ struct CpuBoundFetch {
   report::Severity severity() const noexcept {
     return oversubscribed || !figures.shortfall.busy ? report::Severity::kWarning
                                                      : report::Severity::kCritical;
+  }
+  /// The num_workers to prescribe: what the loop needs, capped at what the idle CPUs allow;
+  /// empty when no CPU is idle for another worker or the workers already oversubscribe.
+  std::optional<int> recommended_workers() const noexcept {
+    if (!ceiling || *ceiling <= figures.num_workers || oversubscribed) return std::nullopt;
+    return std::min(needed_workers, *ceiling);
   }
 };
 /// The loaders that stall with workers short of demand and not mostly waiting (that is

@@ -47,16 +47,12 @@ report::Finding finding(const Evidence& e) {
   add_fetch_evidence(f, x);
   f.add("collate_share", share);
 
-  const int needed = e.fetch.needed_workers;
-  const std::optional<int>& ceiling = e.fetch.ceiling;
-  const int now = x.num_workers;
-  if (ceiling && *ceiling > now && !e.fetch.oversubscribed) {
-    const int n = needed <= *ceiling ? needed : *ceiling;
-    f.add("recommended_num_workers", double(n));
+  if (auto n = e.fetch.recommended_workers()) {
+    f.add("recommended_num_workers", double(*n));
     f.fix =
-        "Set num_workers=" + std::to_string(n) + " (now " + std::to_string(now) + ")" +
-        (needed <= *ceiling
-             ? ": " + std::to_string(n) + " workers supply " + num(n / c.fetch_s) +
+        "Set num_workers=" + std::to_string(*n) + " (now " + std::to_string(x.num_workers) + ")" +
+        (*n == e.fetch.needed_workers
+             ? ": " + std::to_string(*n) + " workers supply " + num(*n / c.fetch_s) +
                    " batches/s, above the loop's " + num(c.demand_bps) + "; then " +
                    cheaper_collate_advice(e.fetch.custom_collate)
              : ", all the idle CPUs allow, and " + cheaper_collate_advice(e.fetch.custom_collate));

@@ -51,22 +51,18 @@ report::Finding finding(const Evidence& e) {
     f.add("hot_functions", hot_functions_text(e.fetch.hot_functions));
 
   const int needed = e.fetch.needed_workers;
-  const std::optional<int>& ceiling = e.fetch.ceiling;
-  const int now = x.num_workers;
-  if (ceiling && *ceiling > now && !e.fetch.oversubscribed) {
-    if (needed <= *ceiling) {
-      f.add("recommended_num_workers", double(needed));
-      f.fix = "Set num_workers=" + std::to_string(needed) + " (now " + std::to_string(now) +
-              "): " + std::to_string(needed) + " workers at " + num(c.fetch_s * 1e3) +
-              " ms per batch supply " + num(needed / c.fetch_s) + " batches/s, above the loop's " +
-              num(c.demand_bps) + ", and " + count_of(*ceiling - now, "CPU") +
-              (*ceiling - now == 1 ? " is" : " are") + " idle.";
-    } else {
-      f.add("recommended_num_workers", double(*ceiling));
-      f.fix = "Set num_workers=" + std::to_string(*ceiling) + " (now " + std::to_string(now) +
-              "), all the idle CPUs allow (" + std::to_string(needed) + " would be needed), and " +
-              cheaper_getitem_advice(e.fetch.hot_functions);
-    }
+  const std::string now = " (now " + std::to_string(x.num_workers) + ")";
+  if (auto n = e.fetch.recommended_workers()) {
+    f.add("recommended_num_workers", double(*n));
+    const int idle = *e.fetch.ceiling - x.num_workers;
+    f.fix = "Set num_workers=" + std::to_string(*n) + now +
+            (*n == needed
+                 ? ": " + std::to_string(*n) + " workers at " + num(c.fetch_s * 1e3) +
+                       " ms per batch supply " + num(*n / c.fetch_s) +
+                       " batches/s, above the loop's " + num(c.demand_bps) + ", and " +
+                       count_of(idle, "CPU") + (idle == 1 ? " is" : " are") + " idle."
+                 : ", all the idle CPUs allow (" + std::to_string(needed) +
+                       " would be needed), and " + cheaper_getitem_advice(e.fetch.hot_functions));
   } else {
     f.fix = no_cpu_for_more_workers(x) + cheaper_getitem_advice(e.fetch.hot_functions);
   }
