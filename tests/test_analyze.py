@@ -20,9 +20,11 @@ ITER_START, WORKER_BATCH, MAIN_BATCH, WORKER_START = 1, 2, 3, 4
 MAIN_PID, WORKER_PID0 = 4242, 5000
 
 
-def slow_getitem_stream(seconds=12.0, workers=2, fetch_ms=100.0, step_ms=20.0, on_cpu=0.95):
-    """Events of a loader whose workers supply fewer batches than the loop asks for."""
-    ev = [(ITER_START, MAIN_PID, T0, 0, 0, workers, 2, 32, 0, MAIN_PID, 1, 0)]
+def slow_getitem_stream(
+    seconds=12.0, workers=2, fetch_ms=100.0, step_ms=20.0, on_cpu=0.95, prefetch=2
+):
+    """Events of a loader whose workers supply fewer batches (of 1 MiB) than the loop asks for."""
+    ev = [(ITER_START, MAIN_PID, T0, 0, 0, workers, prefetch, 32, 0, MAIN_PID, 1, 0)]
     ev += [
         (WORKER_START, WORKER_PID0 + w, T0, 0, 0, w, -1, 0, MAIN_PID, 0, 0, 0)
         for w in range(workers)
@@ -206,6 +208,24 @@ def test_storage_dict_sets_the_data_storage():
     assert f["id"] == "io_bound"
     assert f["evidence"]["data_fs_type"] == "nfs4"
     assert "more workers than cores" in f["why"]
+
+
+def test_shm_fix_is_worded_as_dldoctor_check_words_it():
+    # 2 workers x prefetch_factor 8 + 1 held = 17 MiB in flight; 12 MiB free fits prefetch 2.
+    a = _ext.Analyzer()
+    a.set_facts_dict(
+        {**FACTS, "container": {"kind": "kubernetes"}, "shm": {"free_bytes": 12 << 20}}
+    )
+    events, _ = slow_getitem_stream(prefetch=8)
+    a.ingest_events(events)
+    (out,) = [f for f in a.findings() if f["id"] == "shm_exhausted"]
+    lines = out["fix"].split("\n")
+    assert lines[0].startswith("make /dev/shm at least 1 GiB")
+    assert lines[1].startswith("Kubernetes:")  # the machine's own kind first
+    assert "--shm-size=1g" in out["fix"] and "remount,size=1G" in out["fix"]
+    assert lines[-1].startswith("or keep fewer batches in flight: prefetch_factor=2")
+    # `dldoctor check` words it with the same function.
+    assert out["fix"].split("\n")[:-1] == _ext.shm_fix("kubernetes", 17 << 20).split("\n")[:-1]
 
 
 @pytest.mark.parametrize(

@@ -110,26 +110,6 @@ def test_bad_notes_are_one_line_errors(monitor):
         monitor.note_failure(["death"])
 
 
-def test_shm_fix_is_worded_as_dldoctor_check_words_it():
-    f = {
-        "id": "shm_exhausted",
-        "fix": "analyzer's own",
-        "evidence": {
-            "in_flight_bytes": 34 * MIB,
-            "shm_size_needed_bytes": 68 * MIB,
-            "shm_free_bytes": 24 * MIB,
-            "fits_today": "prefetch_factor=2",
-        },
-    }
-    facts = {"container": {"kind": "kubernetes"}}
-    (out,) = _failure_notes.FailureNotes(None, "/nonexistent").finish_findings([f], facts)
-    lines = out["fix"].split("\n")
-    assert lines[0].startswith("make /dev/shm at least 1 GiB")
-    assert lines[1].startswith("Kubernetes:")  # the machine's own kind first
-    assert "--shm-size=1g" in out["fix"] and "remount,size=1G" in out["fix"]
-    assert lines[-1].startswith("or keep fewer batches in flight: prefetch_factor=2")
-
-
 def test_memory_cgroup_of_this_process():
     m = _memcg.read()
     if m is None:

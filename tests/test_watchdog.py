@@ -248,7 +248,7 @@ def test_cpu_progress_busy_versus_blocked(tmp_path, children):
     finally:
         dog.stop()
     share = {
-        p["pid"]: p["cpu_ns_since_stall"] / 1e9 / p["cpu_window_s"]
+        p["pid"]: p["cpu_ns_since_stall"] / 1_000_000_000 / p["cpu_window_s"]
         for p in seen["snapshot"]["processes"]
     }
     assert share[blocked.pid] < 0.05

@@ -135,6 +135,23 @@ def monotonic_ns() -> int:
 def thread_cpu_ns() -> int:
     """CPU time of the calling thread in ns."""
 
+SHM_MARGIN: float = 2.0
+
+NOFILE_WARN_BELOW: int = 8192
+
+DEFAULT_PREFETCH_FACTOR: int = 2
+
+RAM_LOW_FRACTION: float = 0.1
+
+MAIN_PROCESS_CORES: int = 1
+
+CACHE_FIT_FRACTION: float = 0.5
+
+def shm_fix(container_kind: str, in_flight_bytes: float) -> str:
+    """
+    The fix for a /dev/shm that must hold in_flight_bytes (SHM_MARGIN times over), as shm_exhausted and `dldoctor check` word it: whole GiB, then Docker, Kubernetes and bare-metal commands (container_kind's first), then fewer batches in flight.
+    """
+
 class Analyzer:
     """
     The streaming analyzer of one job: feed it events and sampler passes, ask for findings over the last ~10 s or the whole run.
@@ -265,7 +282,10 @@ class Monitor:
 
     def stop(self) -> None: ...
 
-    def set_facts(self, arg: object, /) -> None: ...
+    def collect_facts(self) -> dict:
+        """
+        Reads this machine's facts (as collect_facts()), hands them to the analysis as they are, and returns them as the dict the report's `system` section shows.
+        """
 
     def set_data_storage(self, arg: object, /) -> None: ...
 
@@ -275,6 +295,11 @@ class Monitor:
         """A failure note (dict with 'kind') from the side logs."""
 
     def findings(self, whole_run: bool = True) -> list: ...
+
+    def decide(self, whole_run: bool = True) -> dict:
+        """
+        The report decided: {'verdict', 'findings'}, most important first; over the whole run the newest hang's findings are merged in. 'unknown' when no DataLoader was seen.
+        """
 
     def loaders(self) -> list: ...
 

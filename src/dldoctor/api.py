@@ -28,10 +28,10 @@ class Doctor:
         from . import report as _report
 
         self._watcher.poll()
-        findings = _report.sort_findings(self._watcher.monitor.findings(True))
+        decided = self._watcher.monitor.decide(True)
         return Report(
-            verdict=_report.verdict_of(findings),
-            findings=findings,
+            verdict=decided["verdict"],
+            findings=decided["findings"],
             system=_report.system_section(self._watcher.facts),
             loaders=self._watcher.monitor.loaders(),
         )

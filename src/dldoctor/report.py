@@ -15,7 +15,6 @@ from . import __version__
 from .errors import DldoctorError
 
 SCHEMA = 1
-SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 # Facts copied to the top of `system` because every reader wants them first.
 _SYSTEM_HEADLINE = {
@@ -129,21 +128,6 @@ class Report:
         from .reporters.terminal import render_text
 
         return render_text(self)
-
-
-def sort_findings(findings: list[dict]) -> list[dict]:
-    """Most important first: severity, then the rule's score (share of the stall explained)."""
-    return sorted(
-        findings,
-        key=lambda f: (SEVERITY_ORDER.get(f.get("severity"), 3), -float(f.get("score") or 0)),
-    )
-
-
-def verdict_of(findings: list[dict]) -> str:
-    for f in sort_findings(findings):
-        if f.get("severity") == "critical":
-            return f["id"]
-    return "healthy"
 
 
 def _finite(o: Any) -> Any:

@@ -1,13 +1,15 @@
 // The Session as a stream: the recent window names a steady bottleneck within 15 s and
-// forgets it when it goes, the whole run remembers; loader summaries, verdict order,
+// forgets it when it goes, the whole run remembers; loader summaries, the data-stall gate
+// every rule starts from, healthy loaders and unknown figures, the failure log;
 // bounded state under a long fast stream, and ingest racing findings().
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csignal>
 #include <thread>
 
 #include "analyze_sim.hpp"
-#include "dldoctor_core/analyze/verdict.hpp"
+#include "dldoctor_core/analyze/text.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -205,8 +207,8 @@ TEST(AnalyzeSession, WorkerDiedNamesThePid) {
   next.worker_pid0 = 5000;  // epoch 2: the same worker ids, new pids
   feed(s, next, kT0 + 3 * kS, 20);
   // The death of epoch 1's worker 1 is seen late; its pid says which process it was.
-  s.ingest(event(trace::EventKind::kWorkerDied, l.main_pid, kT0 + 3500 * kMs, 0, 1, -1, 0, -1,
-                 9, 2001));
+  s.ingest(
+      event(trace::EventKind::kWorkerDied, l.main_pid, kT0 + 3500 * kMs, 0, 1, -1, 0, -1, 9, 2001));
   const JobView v = s.view(kT0 + 23 * kS, Window::kRecent);
   EXPECT_EQ(*v.total_workers, 2);
   EXPECT_EQ(v.loaders.at(0).worker_pids, (std::vector<int>{5000, 5001}));
@@ -219,7 +221,7 @@ TEST(AnalyzeSession, LongFastStreamKeepsBoundedStateAndExactTotals) {
   l.num_workers = 1;
   l.fetch_ms = 0.2;
   l.collate_ms = 0.05;
-  l.step_ms = 0.1;  // 5,000 batches/s, the tiny-batch worst case
+  l.step_ms = 0.1;                          // 5,000 batches/s, the tiny-batch worst case
   const int64_t end = feed(s, l, kT0, 40);  // 200,000 batches
   const auto sums = s.loaders();
   EXPECT_NEAR(double(sums[0].batches), 200000, 10);
@@ -251,27 +253,174 @@ TEST(AnalyzeSession, IngestRacesFindings) {
   EXPECT_EQ(Session::verdict(s.findings(0, Window::kWholeRun)), "slow_getitem");
 }
 
-TEST(AnalyzeVerdict, CriticalFirstThenScore) {
-  std::vector<report::Finding> fs(4);
-  fs[0].id = "main_process_bound";
-  fs[0].severity = report::Severity::kInfo;
-  fs[0].score = 1;
-  fs[1].id = "slow_getitem";
-  fs[1].severity = report::Severity::kWarning;
-  fs[1].score = 0.9;
-  fs[2].id = "io_bound";
-  fs[2].severity = report::Severity::kCritical;
-  fs[2].score = 0.2;
-  fs[3].id = "slow_collate";
-  fs[3].severity = report::Severity::kCritical;
-  fs[3].score = 0.5;
-  EXPECT_EQ(Session::verdict(fs), "slow_collate");
-  order_findings(fs);
-  EXPECT_EQ(sim::ids(fs), (std::vector<std::string>{"slow_collate", "io_bound", "slow_getitem",
-                                                    "main_process_bound"}));
-  EXPECT_EQ(Session::verdict({fs[1]}), "io_bound");
-  EXPECT_EQ(Session::verdict({fs[2], fs[3]}), "healthy");
-  EXPECT_EQ(Session::verdict({}), "healthy");
+// --- the data-stall gate, healthy loaders, unknown figures --------------------------------
+
+TEST(AnalyzeHealthy, FastLoaderGivesNoFindings) {
+  Loader l;  // 2 workers x 10 ms per batch supply 200 batches/s; the loop wants 50
+  auto r = run(l, procs(l, 40.0, 5.0, 1.0, 2.0), 8);
+  EXPECT_TRUE(r->whole.empty()) << ids(r->whole).front();
+  EXPECT_TRUE(r->recent.empty());
+  EXPECT_EQ(Session::verdict(r->whole), "healthy");
+}
+
+TEST(AnalyzeHealthy, SlowSleepingConsumerGivesNoFindings) {
+  Loader l;
+  l.step_ms = 500;  // e.g. time.sleep or waiting on a GPU
+  auto r = run(l, procs(l, 1.0, 1.0, 0.5, 1.0), 8);
+  EXPECT_TRUE(r->whole.empty());
+  EXPECT_EQ(Session::verdict(r->whole), "healthy");
+}
+
+TEST(AnalyzeStall, FlipsAtFivePercent) {
+  Loader l;
+  l.num_workers = 1;
+  l.fetch_ms = 100;  // 10 batches/s; the wait per batch is fetch - step
+  l.jitter = 0;
+  l.step_ms = 95.1;  // wait 4.9 ms: 4.9 % of the loop
+  auto below = run(l, procs(l, 30.0, 95.0, 1.0, 2.0), 2);
+  EXPECT_TRUE(below->whole.empty()) << ids(below->whole).front();
+  l.step_ms = 94.9;  // wait 5.1 ms: 5.1 %
+  auto above = run(l, procs(l, 30.0, 95.0, 1.0, 2.0), 2);
+  ASSERT_FALSE(above->whole.empty());
+  EXPECT_EQ(above->whole[0].id, "slow_getitem");
+  EXPECT_NEAR(*num(above->whole[0], "data_stall_fraction"), 0.051, 1e-6);
+}
+
+TEST(AnalyzeStall, TooFewBatchesAreNotJudged) {
+  Session s;
+  s.set_facts(facts(8));
+  Loader l;
+  l.num_workers = 1;
+  l.fetch_ms = 1000;
+  l.step_ms = 10;
+  feed(s, l, kT0, 4.5);  // 5 batches: the first plus 4 with a step
+  EXPECT_TRUE(s.findings(0, Window::kWholeRun).empty());
+  feed(s, l, kT0 + 5 * kS, 1.5, false);
+  EXPECT_EQ(Session::verdict(s.findings(0, Window::kWholeRun)), "slow_getitem");
+}
+
+TEST(AnalyzeStall, FlipsAtMinimumLoopTime) {
+  Loader l;
+  l.num_workers = 1;
+  l.fetch_ms = 100;
+  l.step_ms = 20;  // wait 80 ms: every stepped batch is 100 ms of loop
+  l.jitter = 0;
+  for (auto [seconds, verdict] : {std::pair{2.0, "healthy"}, std::pair{2.2, "slow_getitem"}}) {
+    Session s;  // 19 stepped batches (1.9 s of loop), then 21 (2.1 s)
+    s.set_facts(facts(8));
+    feed(s, l, kT0, seconds);
+    EXPECT_EQ(Session::verdict(s.findings(0, Window::kRecent)), verdict) << seconds;
+  }
+}
+
+TEST(AnalyzeUnknowns, NoSamplerAtAllStillDiagnosesFromEvents) {
+  Loader l = cpu_bound();
+  auto r = run(l, {}, 8);
+  ASSERT_EQ(Session::verdict(r->whole), "slow_getitem");
+  EXPECT_EQ(*num(r->whole[0], "recommended_num_workers"), 6);
+  Loader w = waiting();
+  EXPECT_EQ(Session::verdict(run(w, {}, 2)->whole), "io_bound");
+}
+
+TEST(AnalyzeUnknowns, UnknownCpuTimeLowersConfidence) {
+  Loader l = cpu_bound();
+  l.on_cpu.reset();
+  auto r = run(l, procs(l, std::nullopt, std::nullopt), 8);
+  ASSERT_EQ(r->whole.size(), 1u);
+  EXPECT_EQ(r->whole[0].id, "slow_getitem");
+  EXPECT_EQ(r->whole[0].severity, report::Severity::kWarning);
+  EXPECT_EQ(*text(r->whole[0], "worker_on_cpu_fraction"), "unknown");
+  EXPECT_EQ(Session::verdict(r->whole), "healthy");  // no critical: nothing proven
+}
+
+TEST(AnalyzeUnknowns, SamplerCpuStandsInForEventCpu) {
+  Loader l = waiting();
+  l.on_cpu.reset();
+  auto r = run(l, procs(l, 30.0, 8.0, 0.5), 2);
+  EXPECT_EQ(Session::verdict(r->whole), "io_bound");
+}
+
+TEST(AnalyzeUnknowns, EmptyFactsAndEmptyPassesNeverCrash) {
+  Loader l = oversubscribed(0.6);
+  Session s;
+  feed(s, l, kT0, 20);
+  sample::Snapshot empty;
+  empty.t_ns = kT0 + kS;
+  s.ingest(empty);
+  feed_passes(s, kT0, 20, procs(l, std::nullopt, std::nullopt));
+  auto fs = s.findings(0, Window::kWholeRun);
+  EXPECT_EQ(find(fs, "too_many_workers"), nullptr);  // usable CPUs unknown
+  const report::Finding* g = find(fs, "slow_getitem");
+  ASSERT_NE(g, nullptr);
+  EXPECT_FALSE(num(*g, "recommended_num_workers"));
+  EXPECT_FALSE(s.loaders().empty());
+  // Off-CPU workers with nothing to tell waiting from queueing: io_bound, but only a warning.
+  Session t;
+  Loader w = oversubscribed(0.3);
+  feed(t, w, kT0, 20);
+  const auto tf = t.findings(0, Window::kWholeRun);
+  const report::Finding* io = find(tf, "io_bound");
+  ASSERT_NE(io, nullptr);
+  EXPECT_EQ(io->severity, report::Severity::kWarning);
+}
+
+TEST(AnalyzeUnknowns, NoEventsNoFindings) {
+  Session s;
+  EXPECT_TRUE(s.findings(0, Window::kWholeRun).empty());
+  EXPECT_TRUE(s.findings(0, Window::kRecent).empty());
+  EXPECT_TRUE(s.loaders().empty());
+  feed_passes(s, kT0, 1, {Proc{1, 0, 50.0}});
+  EXPECT_TRUE(s.findings(0, Window::kRecent).empty());
+}
+
+TEST(FailureText, TheLineThatNamesTheCause) {
+  const std::string reraised =
+      "Caught RuntimeError in DataLoader worker process 0.\nOriginal Traceback (most recent "
+      "call last):\n  File \"worker.py\", line 374, in _worker_loop\n    data = "
+      "fetcher.fetch(index)\nRuntimeError: unable to allocate shared memory(shm) for file "
+      "</torch_1_2_0>: No space left on device (28)\n";
+  EXPECT_EQ(error_line(reraised, ErrorKind::kShmNoSpace),
+            "RuntimeError: unable to allocate shared memory(shm) for file </torch_1_2_0>: No "
+            "space left on device (28)");
+  EXPECT_EQ(error_line("first\n\n  last line  \n", ErrorKind::kOther), "last line");
+  EXPECT_EQ(bytes_text(24.0 * kMiB), "24 MiB");
+  EXPECT_EQ(bytes_text(1.5 * kGiB), "1.5 GiB");
+  EXPECT_EQ(bytes_text(512), "512 B");
+}
+
+TEST(FailureLog, DeathsMergeByPidAndErrorsFoldByText) {
+  FailureLog log;
+  log.on_death_event(died(0, 2000, -1, SIGKILL));
+  WorkerDeath d;
+  d.loader = 0;
+  d.worker = 0;
+  d.pid = 2000;
+  d.message = "killed";
+  d.t_ns = kT0 + 6 * kS;
+  log.note(d);
+  WorkerDeath other = d;
+  other.pid = 2001;
+  log.note(other);
+  for (int i = 0; i < 3; ++i) log.note(error("Too many open files", ErrorSource::kQueueFeeder));
+  FailureView v = log.view(-1, 0);
+  ASSERT_EQ(v.deaths.size(), 2u);
+  EXPECT_EQ(*v.deaths[0].signal, SIGKILL);
+  EXPECT_EQ(v.deaths[0].message, "killed");
+  ASSERT_EQ(v.errors.size(), 1u);
+  EXPECT_EQ(v.errors[0].count, 3);
+  // The recent window leaves out what happened before it.
+  EXPECT_TRUE(log.view(kT0 + 100 * kS, kT0 + 110 * kS).deaths.empty());
+}
+
+TEST(FailureLog, StaysBounded) {
+  FailureLog log;
+  for (int i = 0; i < 1000; ++i) {
+    log.on_death_event(died(i % 4, 3000 + i, 1, 0));
+    log.note(error("error " + std::to_string(i)));
+  }
+  FailureView v = log.view(-1, 0);
+  EXPECT_EQ(v.deaths.size(), FailureLog::kMaxDeaths);
+  EXPECT_EQ(v.errors.size(), FailureLog::kMaxErrors);
 }
 
 }  // namespace

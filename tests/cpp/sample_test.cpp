@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "dldoctor_core/common/error.hpp"
@@ -24,6 +26,7 @@
 #include "dldoctor_core/sample/smaps_rollup.hpp"
 #include "dldoctor_core/sample/stat.hpp"
 #include "dldoctor_core/sample/status.hpp"
+#include "dldoctor_core/sample/thread_pools.hpp"
 #include "dldoctor_core/sample/vmstat.hpp"
 #include "dldoctor_core/sample/wchan.hpp"
 
@@ -123,8 +126,8 @@ TEST(SampleStatus, KernelThreadHasNoRss) {
 }
 
 TEST(SampleIo, ParsesAndCutShort) {
-  auto io = parse_io(
-      "rchar: 6976\nwchar: 0\nsyscr: 10\nsyscw: 0\nread_bytes: 4096\nwrite_bytes: 0\n");
+  auto io =
+      parse_io("rchar: 6976\nwchar: 0\nsyscr: 10\nsyscw: 0\nread_bytes: 4096\nwrite_bytes: 0\n");
   EXPECT_EQ(io.rchar, 6976);
   EXPECT_EQ(io.read_bytes, 4096);
   auto cut = parse_io("rchar: 6976\nwchar: 0\nsys");
@@ -179,10 +182,10 @@ TEST(SampleVmstat, SwapCounters) {
 }
 
 TEST(SamplePressure, SomeAvg10) {
-  EXPECT_DOUBLE_EQ(*parse_pressure_some_avg10(
-                       "some avg10=1.35 avg60=2.56 avg300=1.55 total=7058490\n"
-                       "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"),
-                   1.35);
+  EXPECT_DOUBLE_EQ(
+      *parse_pressure_some_avg10("some avg10=1.35 avg60=2.56 avg300=1.55 total=7058490\n"
+                                 "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"),
+      1.35);
   EXPECT_FALSE(parse_pressure_some_avg10("full avg10=3.00 avg60=0.00\n"));
   EXPECT_FALSE(parse_pressure_some_avg10("some avg10=\n"));
 }
@@ -195,8 +198,8 @@ TEST(SampleField, Overflow) {
 
 TEST(SampleTree, RootFirstThenBreadthFirst) {
   // 1 -> 10 -> {30, 20}; 20 -> 40; 50 unrelated; 60 is an extra root with child 61.
-  std::vector<std::pair<int, int>> pp = {{1, 0},   {10, 1},  {30, 10}, {20, 10},
-                                         {40, 20}, {50, 1},  {60, 50}, {61, 60}};
+  std::vector<std::pair<int, int>> pp = {{1, 0},   {10, 1}, {30, 10}, {20, 10},
+                                         {40, 20}, {50, 1}, {60, 50}, {61, 60}};
   EXPECT_EQ(tree_order({10}, pp), (std::vector<int>{10, 20, 30, 40}));
   EXPECT_EQ(tree_order({10, 60, 20}, pp), (std::vector<int>{10, 20, 30, 40, 60, 61}));
   EXPECT_EQ(tree_order({999}, pp), std::vector<int>{});
@@ -229,8 +232,8 @@ TEST(SampleProcFile, KeptOpenAndBudget) {
 
 TEST(SampleProcFile, SpareHalf) {
   FdBudget budget(4);
-  EXPECT_TRUE(budget.take_spare());   // 3 left
-  EXPECT_TRUE(budget.take_spare());   // 2 left: no longer more than half
+  EXPECT_TRUE(budget.take_spare());  // 3 left
+  EXPECT_TRUE(budget.take_spare());  // 2 left: no longer more than half
   EXPECT_FALSE(budget.take_spare());
   EXPECT_TRUE(budget.take());
   EXPECT_TRUE(budget.take());
@@ -370,3 +373,84 @@ TEST(SampleSampler, MissingRootIsAnError) {
   EXPECT_THROW(sampler.add_root(1 << 30), dldoctor::Error);
   EXPECT_THROW(Sampler(getpid(), SamplerOptions{.interval_ns = 0}), dldoctor::Error);
 }
+
+// ---- thread pools and active threads ---------------------------------------------------
+
+namespace dldoctor {
+namespace {
+
+TEST(ThreadPools, LibrariesFromMaps) {
+  const std::string maps =
+      "7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+      "7f01-7f02 r-xp 00000000 08:01 2 /site-packages/torch/lib/libgomp-a34b3233.so.1\n"
+      "7f02-7f03 r-xp 00000000 08:01 3 /site-packages/numpy.libs/libscipy_openblas64_-ff651d7f.so\n"
+      "7f03-7f04 r-xp 00000000 08:01 4 /site-packages/torch/lib/libgomp-a34b3233.so.1\n"
+      "7f04-7f05 r-xp 00000000 08:01 5 /site-packages/cv2/cv2.abi3.so\n"
+      "7f05-7f06 rw-p 00000000 00:00 0 [heap]\n"
+      "7f06-7f07 r-xp 00000000 08:01 6 /opt/intel/lib/libiomp5.so\n"
+      "7f07-7f08 r-xp 00000000 08:01 7 /opt/intel/lib/libmkl_core.so.2\n";
+  EXPECT_EQ(sample::parse_pool_libraries(maps),
+            (std::vector<std::string>{"OpenMP (libgomp)", "OpenBLAS", "OpenCV",
+                                      "OpenMP (Intel libiomp5)", "MKL"}));
+  EXPECT_TRUE(sample::parse_pool_libraries("").empty());
+}
+
+TEST(ThreadPools, SizingVariablesFromEnviron) {
+  const std::string env("PATH=/bin\0OPENBLAS_NUM_THREADS=64\0OMP_NUM_THREADS=8\0HOME=/root\0", 62);
+  auto vars = sample::parse_pool_env(env);
+  ASSERT_EQ(vars.size(), 2u);
+  EXPECT_EQ(vars[0], (std::pair<std::string, std::string>{"OMP_NUM_THREADS", "8"}));
+  EXPECT_EQ(vars[1], (std::pair<std::string, std::string>{"OPENBLAS_NUM_THREADS", "64"}));
+}
+
+TEST(ThreadPools, ReadsThisProcess) {
+  auto p = sample::read_thread_pools(getpid());
+  EXPECT_TRUE(p.maps_read);
+  EXPECT_TRUE(p.environ_read);
+  auto gone = sample::read_thread_pools(0x3fffffff);
+  EXPECT_FALSE(gone.maps_read);
+}
+
+TEST(SampleActiveThreads, SpinningThreadsCountSleepingOnesDoNot) {
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool spin = true;
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 3; ++i)
+    ts.emplace_back([&] {
+      for (;;) {
+        {
+          std::unique_lock lock(mu);
+          cv.wait(lock, [&] { return spin || stop.load(); });
+          if (stop) return;
+        }
+        auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      }
+    });
+  sample::Sampler sampler(getpid(), sample::SamplerOptions{});
+  sampler.sample_once();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto busy = sampler.sample_once();
+  {
+    std::lock_guard lock(mu);
+    spin = false;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  sampler.sample_once();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto idle = sampler.sample_once();
+  stop = true;
+  cv.notify_all();
+  for (auto& t : ts) t.join();
+  ASSERT_FALSE(busy.processes.empty());
+  ASSERT_TRUE(busy.processes[0].active_threads);
+  EXPECT_GE(*busy.processes[0].active_threads, 3);
+  ASSERT_TRUE(idle.processes[0].active_threads);
+  EXPECT_LE(*idle.processes[0].active_threads, 1);  // at most this (sampling) thread
+}
+
+}  // namespace
+}  // namespace dldoctor

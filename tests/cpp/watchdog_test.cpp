@@ -1,6 +1,9 @@
-// The hang doctor on recorded captures: faulthandler text recorded from real torch DataLoader
-// workers (Python 3.11, torch 2.x, fork) and the kernel state such workers show, fed to the
-// parser and the rules; plus the watchdog's timeout and once-per-stall logic.
+// The hang doctor's capture side: faulthandler text recorded from real torch DataLoader
+// workers (hang_sim.hpp) fed to the parser, the /proc probe on real processes, and the
+// watchdog's timeout and once-per-stall logic. The hang rules that read a capture are tested
+// per finding id in tests/cpp/rules/.
+#include "dldoctor_core/watchdog/watchdog.hpp"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,214 +13,20 @@
 #include <mutex>
 #include <thread>
 
+#include "dldoctor_core/analyze/rules.hpp"
 #include "dldoctor_core/common/clock.hpp"
 #include "dldoctor_core/common/error.hpp"
-#include "dldoctor_core/watchdog/classify.hpp"
 #include "dldoctor_core/watchdog/proc_probe.hpp"
-#include "dldoctor_core/watchdog/process_reading.hpp"
 #include "dldoctor_core/watchdog/stack.hpp"
 #include "dldoctor_core/watchdog/syscall_name.hpp"
-#include "dldoctor_core/watchdog/watchdog.hpp"
+#include "hang_sim.hpp"
 
 namespace wd = dldoctor::watchdog;
 using dldoctor::report::Finding;
 using dldoctor::report::Severity;
+using namespace dldoctor::analyze::hang_sim;
 
-namespace {
-
-// Recorded: the main process of a fork DataLoader (2 workers) whose background thread
-// "holder" held the lock collate_fn takes; the main thread waits in __next__.
-constexpr const char* kMainWaiting = R"(Thread 0x00007fab0153c6c0 (most recent call first):
-  File "/tmp/wd_rec/rec.py", line 30 in dump
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 982 in run
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1045 in _bootstrap_inner
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1002 in _bootstrap
-
-Thread 0x00007fab01d3d6c0 (most recent call first):
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 327 in wait
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/queues.py", line 231 in _feed
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 982 in run
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1045 in _bootstrap_inner
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1002 in _bootstrap
-
-Thread 0x00007fab05dff6c0 (most recent call first):
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 327 in wait
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/queues.py", line 231 in _feed
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 982 in run
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1045 in _bootstrap_inner
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1002 in _bootstrap
-
-Thread 0x00007fab0253e6c0 (most recent call first):
-  File "/tmp/wd_rec/rec.py", line 19 in holder
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 982 in run
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1045 in _bootstrap_inner
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1002 in _bootstrap
-
-Current thread 0x00007fab24605b80 (most recent call first):
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/selectors.py", line 415 in select
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/connection.py", line 947 in wait
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/connection.py", line 440 in _poll
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/connection.py", line 257 in poll
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/queues.py", line 113 in get
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1291 in _try_get_data
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1464 in _get_data
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1505 in _next_data
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 725 in __next__
-  File "/tmp/wd_rec/rec.py", line 34 in <module>
-)";
-
-// Recorded: a forked worker blocked in `with lock:` inside collate_fn my_collate.
-constexpr const char* kWorkerInCollate = R"(Current thread 0x00007fab24605b80 (most recent call first):
-  File "/tmp/wd_rec/rec.py", line 14 in my_collate
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py", line 57 in fetch
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/_utils/worker.py", line 374 in _worker_loop
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/process.py", line 108 in run
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/process.py", line 314 in _bootstrap
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/popen_fork.py", line 71 in _launch
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/popen_fork.py", line 19 in __init__
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/context.py", line 281 in _Popen
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/process.py", line 121 in start
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1176 in __init__
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 438 in _get_iterator
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 505 in __iter__
-  File "/tmp/wd_rec/rec.py", line 24 in <module>
-)";
-
-// Recorded: a worker waiting for its next index (idle), with its feeder and resource
-// sharer threads.
-constexpr const char* kWorkerIdle = R"(Thread 0x00007f953a53e6c0 (most recent call first):
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/socket.py", line 294 in accept
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/connection.py", line 625 in accept
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/connection.py", line 479 in accept
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/resource_sharer.py", line 138 in _serve
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 982 in run
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1045 in _bootstrap_inner
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1002 in _bootstrap
-
-Thread 0x00007f953ddff6c0 (most recent call first):
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 327 in wait
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/queues.py", line 231 in _feed
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 982 in run
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1045 in _bootstrap_inner
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1002 in _bootstrap
-
-Current thread 0x00007f955c61db80 (most recent call first):
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/selectors.py", line 415 in select
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/connection.py", line 947 in wait
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/connection.py", line 440 in _poll
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/connection.py", line 257 in poll
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/queues.py", line 113 in get
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/_utils/worker.py", line 334 in _worker_loop
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/process.py", line 108 in run
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/process.py", line 314 in _bootstrap
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/popen_fork.py", line 71 in _launch
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/popen_fork.py", line 19 in __init__
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/context.py", line 281 in _Popen
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/process.py", line 121 in start
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1176 in __init__
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 438 in _get_iterator
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 505 in __iter__
-  File "/tmp/wd_rec/rec.py", line 24 in <module>
-)";
-
-// Recorded: a worker in the dataset's __getitem__ waiting on threading.Event().wait().
-constexpr const char* kWorkerInGetitem = R"(Current thread 0x00007f955c61db80 (most recent call first):
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 327 in wait
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 629 in wait
-  File "/tmp/wd_rec/rec.py", line 11 in __getitem__
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py", line 54 in <listcomp>
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py", line 54 in fetch
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/utils/data/_utils/worker.py", line 374 in _worker_loop
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/process.py", line 108 in run
-  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/process.py", line 314 in _bootstrap
-  File "/tmp/wd_rec/rec.py", line 24 in <module>
-)";
-
-// The training loop stuck outside the loader (a step waiting on a lock).
-constexpr const char* kMainInStep = R"(Current thread 0x00007f955c61db80 (most recent call first):
-  File "/home/u/train.py", line 41 in sync_step
-  File "/home/u/train.py", line 57 in train
-  File "/home/u/train.py", line 80 in <module>
-)";
-
-constexpr double kMinute = 60;
-
-wd::ProcessCapture process(int pid, int loader, int worker, const char* stack,
-                           std::string state = "S", std::string syscall = "futex",
-                           double cpu_share = 0.0) {
-  wd::ProcessCapture p;
-  p.pid = pid;
-  p.loader = loader;
-  p.worker = worker;
-  p.state = std::move(state);
-  p.syscall = std::move(syscall);
-  p.wchan = p.syscall == "futex" ? "futex_wait_queue" : "";
-  p.cpu_window_s = kMinute;
-  p.cpu_ns_since_stall = int64_t(cpu_share * kMinute * 1e9);
-  if (stack != nullptr) {
-    p.raw_stack = stack;
-    p.stacks = wd::parse_faulthandler(stack);
-  }
-  return p;
-}
-
-wd::HangSnapshot snapshot(std::vector<wd::ProcessCapture> processes) {
-  wd::HangSnapshot s;
-  s.t_ns = 1;
-  s.stalled_s = 75;
-  s.timeout_s = kMinute;
-  s.processes = std::move(processes);
-  return s;
-}
-
-wd::HangContext context(std::string start_method, std::optional<int> threads_at_fork = {}) {
-  wd::LoaderContext l;
-  l.loader = 0;
-  l.num_workers = 2;
-  l.collate_fn = "__main__.my_collate";
-  l.start_method = std::move(start_method);
-  l.main_threads_at_fork = threads_at_fork;
-  if (threads_at_fork) l.main_thread_names_at_fork = {"MainThread", "holder"};
-  l.waiting_batch = 1;
-  l.waiting_worker = 1;
-  l.outstanding = {{1, {1, 3}}};
-  wd::HangContext c;
-  c.loaders.push_back(l);
-  return c;
-}
-
-const Finding* find(const std::vector<Finding>& fs, const std::string& id) {
-  for (const Finding& f : fs) {
-    if (f.id == id) return &f;
-  }
-  return nullptr;
-}
-
-std::optional<std::string> text(const Finding& f, const std::string& name) {
-  for (const auto& e : f.evidence) {
-    if (e.name == name) {
-      if (auto* s = std::get_if<std::string>(&e.value)) return *s;
-    }
-  }
-  return std::nullopt;
-}
-
-std::optional<double> number(const Finding& f, const std::string& name) {
-  for (const auto& e : f.evidence) {
-    if (e.name == name) {
-      if (auto* d = std::get_if<double>(&e.value)) return *d;
-    }
-  }
-  return std::nullopt;
-}
-
-int count_critical(const std::vector<Finding>& fs) {
-  int n = 0;
-  for (const Finding& f : fs) n += f.severity == Severity::kCritical;
-  return n;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 // ---- faulthandler parser -----------------------------------------------------------------
 
@@ -252,7 +61,8 @@ TEST(WatchdogStackParse, TruncatedMidLineAndAfterHeader) {
   EXPECT_EQ(threads[0].frames[1].function, "fetch");
 
   // Cut right after a header line: a thread with no frames yet.
-  std::string two = std::string(kWorkerInCollate) + "\nThread 0x00007fab0253e6c0 (most recent call first):\n";
+  std::string two =
+      std::string(kWorkerInCollate) + "\nThread 0x00007fab0253e6c0 (most recent call first):\n";
   threads = wd::parse_faulthandler(two);
   ASSERT_EQ(threads.size(), 2u);
   EXPECT_FALSE(threads[0].truncated);
@@ -321,8 +131,7 @@ TEST(WatchdogProbe, SyscallNamesPerArch) {
 
 TEST(WatchdogProbe, ParsesSyscallFile) {
   wd::ProcessProbe p;
-  wd::parse_proc_syscall(
-      "202 0x7f1c 0x80 0x0 0x0 0x0 0x0 0x7ffd4a 0x7f1c2a\n", p);
+  wd::parse_proc_syscall("202 0x7f1c 0x80 0x0 0x0 0x0 0x0 0x7ffd4a 0x7f1c2a\n", p);
   EXPECT_EQ(p.syscall_nr, wd::native_arch() == wd::Arch::kX86_64 ? 202 : 202);
   ASSERT_EQ(p.syscall_args.size(), 6u);
   EXPECT_EQ(p.syscall_args[1], 0x80u);
@@ -341,7 +150,8 @@ TEST(WatchdogProbe, ParsesSyscallFile) {
 TEST(WatchdogProbe, ParsesStatWithOddCommAndZombieStatus) {
   // comm with a space and a ')' inside; zombie killed by SIGKILL (status 9 in field 52).
   std::string fields;
-  for (int k = 4; k <= 51; ++k) fields += (k == 14 ? " 150" : k == 15 ? " 50" : k == 20 ? " 3" : " 0");
+  for (int k = 4; k <= 51; ++k)
+    fields += (k == 14 ? " 150" : k == 15 ? " 50" : k == 20 ? " 3" : " 0");
   std::string stat = "42 (py ) worker) Z" + fields + " 9\n";
   wd::ProcessProbe p;
   ASSERT_TRUE(wd::parse_proc_stat(stat, p));
@@ -408,279 +218,16 @@ TEST(WatchdogProbe, DescribesWaitFunctions) {
   EXPECT_EQ(wd::describe_wchan(""), "");
 }
 
-// ---- rules on recorded captures ------------------------------------------------------------
-
-TEST(WatchdogRules, CollateLockAfterForkWithThreads) {
-  auto snap = snapshot({process(100, -1, -1, kMainWaiting, "S", "poll", 0.001),
-                        process(101, 0, 0, kWorkerIdle, "S", "poll"),
-                        process(102, 0, 1, kWorkerInCollate)});
-  auto findings = wd::classify_hang(snap, context("fork", 5));
-  ASSERT_FALSE(findings.empty());
-  const Finding& f = findings.front();
-  EXPECT_EQ(f.id, "collate_deadlock");
-  EXPECT_EQ(f.severity, Severity::kCritical);
-  EXPECT_EQ(f.loader, 0);
-  EXPECT_EQ(number(f, "worker"), 1);
-  EXPECT_EQ(number(f, "pid"), 102);
-  EXPECT_EQ(number(f, "stalled_s"), 75);
-  EXPECT_EQ(text(f, "frame"), "/tmp/wd_rec/rec.py:14 in my_collate");
-  EXPECT_EQ(text(f, "syscall"), "futex");
-  EXPECT_EQ(text(f, "held_batches"), "1, 3");
-  EXPECT_EQ(number(f, "main_threads_at_fork"), 5);
-  EXPECT_EQ(text(f, "main_thread_names_at_fork"), "MainThread, holder");
-  EXPECT_NE(f.fix.find("multiprocessing_context='spawn'"), std::string::npos);
-  EXPECT_NE(f.why.find("copied into the worker locked"), std::string::npos);
-  EXPECT_NE(f.title.find("my_collate"), std::string::npos);
-  // One stuck worker, one finding: not also a worker_hang, and the idle worker is no suspect.
-  EXPECT_EQ(count_critical(findings), 1);
-  EXPECT_FALSE(text(f, "stuck_workers").has_value());
-}
-
-TEST(WatchdogRules, CollateLockUnderSpawnHasNoForkFact) {
-  auto snap = snapshot({process(100, -1, -1, kMainWaiting, "S", "poll"),
-                        process(102, 0, 1, kWorkerInCollate)});
-  auto findings = wd::classify_hang(snap, context("spawn"));
-  const Finding* f = find(findings, "collate_deadlock");
-  ASSERT_NE(f, nullptr);
-  EXPECT_FALSE(number(*f, "main_threads_at_fork").has_value());
-  EXPECT_EQ(f->fix.find("multiprocessing_context"), std::string::npos);
-  EXPECT_EQ(text(*f, "start_method"), "spawn");
-  // fork with a single-threaded main process: no fork fact either.
-  auto single = wd::classify_hang(snap, context("fork", 1));
-  ASSERT_NE(find(single, "collate_deadlock"), nullptr);
-  EXPECT_FALSE(number(*find(single, "collate_deadlock"), "main_threads_at_fork").has_value());
-}
-
-TEST(WatchdogRules, CollateCpuShareEdge) {
-  // The same stack on a lock line (a spin on lock.acquire(timeout=...) looks like this): just
-  // under the busy threshold it is deadlocked; just over, a busy worker, not a deadlock.
-  auto at_lock = [](double share) {
-    auto p = process(102, 0, 1, kWorkerInCollate, "S", "futex", share);
-    p.stacks[0].frames[0].code = "with lock:";
-    return p;
-  };
-  auto under = wd::classify_hang(snapshot({at_lock(wd::kBusyCpuShare * 0.98)}), context("fork", 2));
-  ASSERT_NE(find(under, "collate_deadlock"), nullptr);
-  EXPECT_EQ(text(*find(under, "collate_deadlock"), "wait"), "lock");
-  auto over = wd::classify_hang(snapshot({at_lock(wd::kBusyCpuShare * 1.02)}), context("fork", 2));
-  EXPECT_EQ(find(over, "collate_deadlock"), nullptr);
-  const Finding* hang = find(over, "worker_hang");
-  ASSERT_NE(hang, nullptr);
-  EXPECT_EQ(text(*hang, "stage"), "collate");
-  EXPECT_EQ(number(*hang, "busy"), 1.0);
-}
-
-TEST(WatchdogRules, DefaultCollateBlockedInFutexWithoutSourceLines) {
-  // torch's default_collate blocked in a C-level wait: no Python sync frame on top, but the
-  // kernel shows the futex.
-  const char* stack =
-      "Current thread 0x1 (most recent call first):\n"
-      "  File \"/site-packages/torch/utils/data/_utils/collate.py\", line 141 in collate\n"
-      "  File \"/site-packages/torch/utils/data/_utils/collate.py\", line 398 in default_collate\n"
-      "  File \"/site-packages/torch/utils/data/_utils/fetch.py\", line 57 in fetch\n"
-      "  File \"/site-packages/torch/utils/data/_utils/worker.py\", line 374 in _worker_loop\n";
-  auto ctx = context("spawn");
-  ctx.loaders[0].collate_fn = "";
-  auto findings = wd::classify_hang(snapshot({process(102, 0, 1, stack)}), ctx);
-  const Finding* f = find(findings, "collate_deadlock");
-  ASSERT_NE(f, nullptr);
-  EXPECT_EQ(text(*f, "wait"), "futex");
-  EXPECT_EQ(text(*f, "collate_fn"), "default_collate");
-  // The same stack in a process that is not in a futex (sleeping) is a hang, not a deadlock.
-  auto sleeping = process(102, 0, 1, stack, "S", "clock_nanosleep");
-  auto other = wd::classify_hang(snapshot({sleeping}), ctx);
-  EXPECT_EQ(find(other, "collate_deadlock"), nullptr);
-  ASSERT_NE(find(other, "worker_hang"), nullptr);
-  EXPECT_EQ(text(*find(other, "worker_hang"), "stage"), "collate");
-}
-
-TEST(WatchdogRules, SourceLineDecidesCollateVersusGetitem) {
-  // A callable collate object: its frame is __call__, and fetch's line calls collate_fn.
-  std::string stack =
-      "Current thread 0x1 (most recent call first):\n"
-      "  File \"/u/c.py\", line 9 in __call__\n"
-      "  File \"/t/torch/utils/data/_utils/fetch.py\", line 57 in fetch\n"
-      "  File \"/t/torch/utils/data/_utils/worker.py\", line 374 in _worker_loop\n";
-  auto p = process(102, 0, 1, stack.c_str());
-  p.stacks[0].frames[0].code = "with self.lock:";
-  p.stacks[0].frames[1].code = "return self.collate_fn(data)";
-  auto ctx = context("fork", 3);
-  ctx.loaders[0].collate_fn = "pkg.Collator";
-  auto findings = wd::classify_hang(snapshot({p}), ctx);
-  ASSERT_NE(find(findings, "collate_deadlock"), nullptr);
-  EXPECT_EQ(text(*find(findings, "collate_deadlock"), "wait"), "lock");
-  // The same frames where fetch's line indexes the dataset: getitem.
-  p.stacks[0].frames[1].code = "data = [self.dataset[idx] for idx in possibly_batched_index]";
-  findings = wd::classify_hang(snapshot({p}), ctx);
-  EXPECT_EQ(find(findings, "collate_deadlock"), nullptr);
-  ASSERT_NE(find(findings, "worker_hang"), nullptr);
-  EXPECT_EQ(text(*find(findings, "worker_hang"), "stage"), "getitem");
-}
-
-TEST(WatchdogRules, GetitemWaitingOnEvent) {
-  auto snap = snapshot({process(100, -1, -1, kMainWaiting, "S", "poll"),
-                        process(101, 0, 0, kWorkerIdle, "S", "poll"),
-                        process(102, 0, 1, kWorkerInGetitem)});
-  auto findings = wd::classify_hang(snap, context("fork", 2));
-  EXPECT_EQ(find(findings, "collate_deadlock"), nullptr);
-  ASSERT_EQ(count_critical(findings), 1);
-  const Finding& f = findings.front();
-  EXPECT_EQ(f.id, "worker_hang");
-  EXPECT_EQ(text(f, "stage"), "getitem");
-  EXPECT_EQ(number(f, "worker"), 1);
-  EXPECT_EQ(text(f, "frame"), "/tmp/wd_rec/rec.py:11 in __getitem__");
-  EXPECT_EQ(text(f, "wait"), "condition");
-  EXPECT_NE(f.fix.find("DataLoader(timeout="), std::string::npos);
-  EXPECT_FALSE(text(f, "stuck_workers").has_value());  // the idle worker is not a suspect
-}
-
-TEST(WatchdogRules, PrimaryIsTheWorkerTheMainProcessWaitsFor) {
-  auto snap = snapshot({process(101, 0, 0, kWorkerInGetitem), process(102, 0, 1, kWorkerInGetitem)});
-  auto findings = wd::classify_hang(snap, context("fork", 2));  // waits for worker 1
-  const Finding* f = find(findings, "worker_hang");
-  ASSERT_NE(f, nullptr);
-  EXPECT_EQ(number(*f, "worker"), 1);
-  EXPECT_EQ(text(*f, "stuck_workers"), "0 (pid 101), 1 (pid 102)");
-}
-
-TEST(WatchdogRules, DStateWorkerIsIo) {
-  const char* stack =
-      "Current thread 0x1 (most recent call first):\n"
-      "  File \"/u/ds.py\", line 20 in __getitem__\n"
-      "  File \"/t/torch/utils/data/_utils/fetch.py\", line 54 in <listcomp>\n"
-      "  File \"/t/torch/utils/data/_utils/fetch.py\", line 54 in fetch\n"
-      "  File \"/t/torch/utils/data/_utils/worker.py\", line 374 in _worker_loop\n";
-  auto p = process(102, 0, 1, stack, "D", "read");
-  p.wchan = "rpc_wait_bit_killable";
-  p.io_target = "/mnt/nfs/img_000123.jpg (an NFS server (network file system))";
-  auto findings = wd::classify_hang(snapshot({p}), context("fork", 2));
-  const Finding* f = find(findings, "worker_hang");
-  ASSERT_NE(f, nullptr);
-  EXPECT_EQ(text(*f, "stage"), "io");
-  EXPECT_EQ(text(*f, "where"), "getitem");
-  EXPECT_EQ(text(*f, "io_target"), p.io_target);
-  EXPECT_NE(f->title.find("/mnt/nfs/img_000123.jpg"), std::string::npos);
-  EXPECT_NE(f->fix.find("NFS"), std::string::npos);
-  // D state with no stack at all (the signal waits until the read returns): still io.
-  auto bare = process(102, 0, 1, nullptr, "D", "read");
-  bare.stack_note = "no stack within 500 ms";
-  auto f2 = wd::classify_hang(snapshot({bare}), context("fork", 2));
-  ASSERT_NE(find(f2, "worker_hang"), nullptr);
-  EXPECT_EQ(text(*find(f2, "worker_hang"), "stage"), "io");
-}
-
-TEST(WatchdogRules, WorkerInitStage) {
-  const char* stack =
-      "Current thread 0x1 (most recent call first):\n"
-      "  File \"/usr/lib/python3.11/threading.py\", line 327 in wait\n"
-      "  File \"/u/train.py\", line 12 in init_worker\n"
-      "  File \"/t/torch/utils/data/_utils/worker.py\", line 290 in _worker_loop\n";
-  auto ctx = context("fork", 2);
-  ctx.loaders[0].worker_init_fn = "__main__.init_worker";
-  auto findings = wd::classify_hang(snapshot({process(102, 0, 1, stack)}), ctx);
-  const Finding* f = find(findings, "worker_hang");
-  ASSERT_NE(f, nullptr);
-  EXPECT_EQ(text(*f, "stage"), "worker_init");
-  EXPECT_EQ(text(*f, "frame"), "/u/train.py:12 in init_worker");
-}
-
-TEST(WatchdogRules, GoneWorkerDied) {
-  wd::ProcessCapture gone;
-  gone.pid = 102;
-  gone.loader = 0;
-  gone.worker = 1;
-  gone.gone = true;
-  gone.state = "gone";
-  gone.exit_signal = 9;
-  auto snap = snapshot({process(100, -1, -1, kMainWaiting, "S", "poll"),
-                        process(101, 0, 0, kWorkerIdle, "S", "poll"), gone});
-  auto findings = wd::classify_hang(snap, context("fork", 2));
-  ASSERT_FALSE(findings.empty());
-  const Finding& f = findings.front();
-  EXPECT_EQ(f.id, "worker_died");
-  EXPECT_EQ(f.severity, Severity::kCritical);
-  EXPECT_EQ(number(f, "exit_signal"), 9);
-  EXPECT_EQ(text(f, "exit_signal_name"), "SIGKILL");
-  EXPECT_NE(f.fix.find("OOM"), std::string::npos);
-  EXPECT_EQ(find(findings, "worker_hang"), nullptr);  // the main waiting is explained
-  // A zombie counts as dead too.
-  auto z = process(102, 0, 1, nullptr, "Z", "");
-  z.exit_code = 1;
-  auto fz = wd::classify_hang(snapshot({z}), context("fork", 2));
-  ASSERT_NE(find(fz, "worker_died"), nullptr);
-  EXPECT_EQ(number(*find(fz, "worker_died"), "exit_code"), 1);
-}
-
-TEST(WatchdogRules, MainOutsideLoaderIsInfoOnly) {
-  auto snap = snapshot({process(100, -1, -1, kMainInStep, "S", "futex"),
-                        process(101, 0, 0, kWorkerIdle, "S", "poll"),
-                        process(102, 0, 1, kWorkerIdle, "S", "poll")});
-  auto findings = wd::classify_hang(snap, context("fork", 2));
-  ASSERT_EQ(findings.size(), 1u);
-  EXPECT_EQ(findings[0].id, "main_process_bound");
-  EXPECT_EQ(findings[0].severity, Severity::kInfo);
-  EXPECT_EQ(count_critical(findings), 0);
-  EXPECT_NE(findings[0].title.find("training loop itself is stuck"), std::string::npos);
-  EXPECT_NE(findings[0].title.find("/home/u/train.py:41 in sync_step"), std::string::npos);
-  auto top = text(findings[0], "top_frames");
-  ASSERT_TRUE(top.has_value());
-  EXPECT_NE(top->find("train.py:57 in train"), std::string::npos);
-}
-
-TEST(WatchdogRules, MainWaitingWithNoVisibleCauseIsStillAHang) {
-  auto snap = snapshot({process(100, -1, -1, kMainWaiting, "S", "poll"),
-                        process(101, 0, 0, kWorkerIdle, "S", "poll"),
-                        process(102, 0, 1, kWorkerIdle, "S", "poll")});
-  auto findings = wd::classify_hang(snap, context("fork", 2));
-  ASSERT_EQ(findings.size(), 1u);
-  EXPECT_EQ(findings[0].id, "worker_hang");
-  EXPECT_EQ(text(findings[0], "stage"), "other");
-  EXPECT_EQ(number(findings[0], "worker"), 1);
-  EXPECT_EQ(find(findings, "main_process_bound"), nullptr);
-}
-
-TEST(WatchdogRules, NoStackNoContextNoVerdict) {
-  // Workers without stacks and no knowledge of what they owe: nothing to say.
-  auto snap = snapshot({process(101, 0, 0, nullptr, "S", "poll")});
-  wd::HangContext empty;
-  EXPECT_TRUE(wd::classify_hang(snap, empty).empty());
-  // ... but a worker known to owe the awaited batch is reported.
-  auto owed = wd::classify_hang(snapshot({process(102, 0, 1, nullptr, "S", "poll")}),
-                                context("fork", 2));
-  ASSERT_NE(find(owed, "worker_hang"), nullptr);
-  EXPECT_EQ(text(*find(owed, "worker_hang"), "stage"), "other");
-}
-
-TEST(WatchdogRules, SingleProcessLoaderStuckInGetitem) {
-  const char* stack =
-      "Current thread 0x1 (most recent call first):\n"
-      "  File \"/usr/lib/python3.11/threading.py\", line 327 in wait\n"
-      "  File \"/u/ds.py\", line 8 in __getitem__\n"
-      "  File \"/t/torch/utils/data/_utils/fetch.py\", line 54 in <listcomp>\n"
-      "  File \"/t/torch/utils/data/_utils/fetch.py\", line 54 in fetch\n"
-      "  File \"/t/torch/utils/data/dataloader.py\", line 789 in _next_data\n"
-      "  File \"/t/torch/utils/data/dataloader.py\", line 733 in __next__\n"
-      "  File \"/u/train.py\", line 5 in <module>\n";
-  auto ctx = context("");
-  ctx.loaders[0].num_workers = 0;
-  auto findings = wd::classify_hang(snapshot({process(100, -1, -1, stack)}), ctx);
-  const Finding* f = find(findings, "worker_hang");
-  ASSERT_NE(f, nullptr);
-  EXPECT_EQ(f->loader, 0);
-  EXPECT_EQ(text(*f, "stage"), "getitem");
-  EXPECT_EQ(number(*f, "worker"), -1);
-  EXPECT_EQ(find(findings, "main_process_bound"), nullptr);
-}
-
 // ---- the watchdog -------------------------------------------------------------------------
 
 TEST(WatchdogTimeout, AdaptiveAndOverride) {
   EXPECT_EQ(wd::adaptive_timeout_s(std::nullopt), 60);
-  EXPECT_EQ(wd::adaptive_timeout_s(int64_t(3e9)), 60);       // 10 x 3 s < 60 s
-  EXPECT_EQ(wd::adaptive_timeout_s(int64_t(6e9)), 60);       // the edge: exactly 60
+  EXPECT_EQ(wd::adaptive_timeout_s(int64_t(3e9)), 60);  // 10 x 3 s < 60 s
+  EXPECT_EQ(wd::adaptive_timeout_s(int64_t(6e9)), 60);  // the edge: exactly 60
   EXPECT_DOUBLE_EQ(wd::adaptive_timeout_s(int64_t(6.5e9)), 65);
 
-  wd::Watchdog dog({}, [] { return wd::WatchState{}; });
+  wd::Watchdog dog(
+      {}, [] { return wd::WatchState{}; }, dldoctor::analyze::classify_hang);
   EXPECT_EQ(dog.timeout_s(), 60);
   EXPECT_FALSE(dog.p99_inter_batch_ns().has_value());
   for (int s = 1; s <= 100; ++s) dog.note_inter_batch_ns(int64_t(s) * 1'000'000'000);
@@ -702,12 +249,13 @@ TEST(WatchdogCheck, OncePerStallAndRearmsOnBatch) {
   state.loader_active = true;
   state.processes.push_back({getpid(), -1, -1, {}, {}});
   std::vector<double> stalls;
-  wd::WatchdogOptions opts;  // run_dir empty: no signals, kernel view only
+  wd::WatchdogOptions opts;    // run_dir empty: no signals, kernel view only
   opts.min_cpu_window_ns = 0;  // fake clock: do not wait for real CPU time
-  wd::Watchdog dog(opts, [&] { return state; },
-                   [&](const wd::HangSnapshot& s, const std::vector<Finding>&) {
-                     stalls.push_back(s.stalled_s);
-                   });
+  wd::Watchdog dog(
+      opts, [&] { return state; }, dldoctor::analyze::classify_hang,
+      [&](const wd::HangSnapshot& s, const std::vector<Finding>&) {
+        stalls.push_back(s.stalled_s);
+      });
   dog.note_batch(t0);
   EXPECT_FALSE(dog.check(t0 + int64_t(59.9e9)));
   EXPECT_TRUE(dog.check(t0 + int64_t(60e9)));
@@ -738,7 +286,8 @@ TEST(WatchdogCheck, NoBatchYetCountsFromIteratorStart) {
   state.active_since_ns = t0;
   wd::WatchdogOptions opts;
   opts.min_cpu_window_ns = 0;
-  wd::Watchdog dog(opts, [&] { return state; });
+  wd::Watchdog dog(
+      opts, [&] { return state; }, dldoctor::analyze::classify_hang);
   dog.set_timeout_override(10.0);
   EXPECT_FALSE(dog.check(t0 + int64_t(9e9)));
   EXPECT_TRUE(dog.check(t0 + int64_t(10e9)));
@@ -757,12 +306,13 @@ TEST(WatchdogThread, ReportsWithinTimeoutPlusTwoSeconds) {
   state.last_batch_ns = start;
   wd::WatchdogOptions opts;
   opts.timeout_override_s = 0.3;
-  wd::Watchdog dog(opts, [&] { return state; },
-                   [&](const wd::HangSnapshot&, const std::vector<Finding>&) {
-                     std::lock_guard lock(mu);
-                     reported = dldoctor::now_ns();
-                     cv.notify_all();
-                   });
+  wd::Watchdog dog(
+      opts, [&] { return state; }, dldoctor::analyze::classify_hang,
+      [&](const wd::HangSnapshot&, const std::vector<Finding>&) {
+        std::lock_guard lock(mu);
+        reported = dldoctor::now_ns();
+        cv.notify_all();
+      });
   dog.start();
   EXPECT_THROW(dog.start(), dldoctor::Error);
   {
@@ -791,7 +341,8 @@ TEST(WatchdogCheck, LateStallWaitsForACpuWindow) {
   state.processes.push_back({getpid(), -1, -1, {}, {}});
   wd::WatchdogOptions opts;
   opts.min_cpu_window_ns = 200'000'000;
-  wd::Watchdog dog(opts, [&] { return state; });
+  wd::Watchdog dog(
+      opts, [&] { return state; }, dldoctor::analyze::classify_hang);
   ASSERT_TRUE(dog.check(now));
   auto snap = dog.last_snapshot();
   ASSERT_TRUE(snap.has_value());
@@ -815,7 +366,8 @@ TEST(WatchdogCheck, BusyWorkersWithNothingStuckAreSlowNotHung) {
   wd::WatchdogOptions opts;
   opts.timeout_override_s = 0.2;
   opts.min_cpu_window_ns = 300'000'000;
-  wd::Watchdog dog(opts, [&] { return state; });
+  wd::Watchdog dog(
+      opts, [&] { return state; }, dldoctor::analyze::classify_hang);
   EXPECT_FALSE(dog.check(t0 + int64_t(0.1e9)));  // marks the CPU at the stall's start
   EXPECT_FALSE(dog.check(dldoctor::now_ns() + int64_t(0.5e9)));  // due, but the worker works
   EXPECT_EQ(dog.hangs(), 0);

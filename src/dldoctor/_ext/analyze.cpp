@@ -8,7 +8,13 @@
 #include <string>
 
 #include "analyze_convert.hpp"
+#include "dldoctor_core/analyze/capacity.hpp"
+#include "dldoctor_core/analyze/memory.hpp"
+#include "dldoctor_core/analyze/rules/fd_limit.hpp"
+#include "dldoctor_core/analyze/rules/io_bound.hpp"
+#include "dldoctor_core/analyze/rules/shm_exhausted.hpp"
 #include "dldoctor_core/common/error.hpp"
+#include "optional.hpp"
 #include "register.hpp"
 
 namespace nb = nanobind;
@@ -17,76 +23,26 @@ namespace dldoctor::ext {
 
 namespace {
 
-std::string py_type_name(nb::handle v) {
-  return nb::cast<std::string>(nb::type_name(v.type()));
-}
-
-/// d[key], or None when d is not a dict, the key is missing or the value is None.
-nb::object field(nb::handle d, const char* key) {
-  if (!d.is_valid() || d.is_none() || !nb::isinstance<nb::dict>(d)) return nb::none();
-  nb::dict dd = nb::borrow<nb::dict>(d);
-  if (!dd.contains(key)) return nb::none();
-  return dd[key];
-}
-
-std::optional<double> opt_double(nb::handle d, const char* key, const char* what) {
-  nb::object v = field(d, key);
-  if (v.is_none()) return std::nullopt;
-  double x;
-  if (nb::try_cast(v, x)) return std::isfinite(x) ? std::optional<double>(x) : std::nullopt;
-  throw Error(std::string(what) + " field '" + key + "' must be a number or None, got " +
-              py_type_name(v));
-}
-
-std::optional<int64_t> opt_int(nb::handle d, const char* key, const char* what) {
-  nb::object v = field(d, key);
-  if (v.is_none()) return std::nullopt;
-  int64_t x;
-  if (nb::try_cast(v, x)) return x;
-  double f;
-  if (nb::try_cast(v, f) && std::isfinite(f)) return int64_t(f);
-  throw Error(std::string(what) + " field '" + key + "' must be an integer or None, got " +
-              py_type_name(v));
-}
-
-std::optional<bool> opt_bool(nb::handle d, const char* key, const char* what) {
-  nb::object v = field(d, key);
-  if (v.is_none()) return std::nullopt;
-  bool b;
-  if (nb::try_cast(v, b)) return b;
-  if (auto i = opt_int(d, key, what)) return *i != 0;
-  return std::nullopt;
-}
-
-std::string opt_str(nb::handle d, const char* key) {
-  nb::object v = field(d, key);
-  if (v.is_none()) return {};
-  std::string s;
-  if (nb::try_cast(v, s)) return s;
-  return nb::cast<std::string>(nb::str(v));
-}
-
 int64_t to_int(nb::handle v, const char* what) {
   int64_t x;
   if (nb::try_cast(v, x)) return x;
   try {
     return nb::cast<int64_t>(nb::int_(v));  // IntEnum and other __index__ types
   } catch (const std::exception&) {
-    throw Error(std::string("event field ") + what + " must be an integer, got " + py_type_name(v));
+    throw Error(std::string("event field ") + what + " must be an integer, got " + py_type(v));
   }
-}
-
-template <class T>
-nb::object py(const std::optional<T>& v) {
-  return v ? nb::cast(*v) : nb::none();
 }
 
 const char* start_method_name(trace::StartMethod m) {
   switch (m) {
-    case trace::StartMethod::kFork: return "fork";
-    case trace::StartMethod::kSpawn: return "spawn";
-    case trace::StartMethod::kForkserver: return "forkserver";
-    default: return nullptr;
+    case trace::StartMethod::kFork:
+      return "fork";
+    case trace::StartMethod::kSpawn:
+      return "spawn";
+    case trace::StartMethod::kForkserver:
+      return "forkserver";
+    default:
+      return nullptr;
   }
 }
 
@@ -121,19 +77,18 @@ nb::dict finding_to_dict(const report::Finding& f) {
 }
 
 nb::list findings_to_list(const std::vector<report::Finding>& findings) {
-  nb::list out;
-  for (const report::Finding& f : findings) out.append(finding_to_dict(f));
-  return out;
+  return list_of(findings, finding_to_dict);
 }
 
 report::Finding finding_from_dict(nb::handle d) {
   if (!nb::isinstance<nb::dict>(d))
-    throw Error("a finding must be a dict with 'id' and 'severity', got " + py_type_name(d));
+    throw Error("a finding must be a dict with 'id' and 'severity', got " + py_type(d));
+  const char* w = "finding";
   report::Finding f;
-  f.id = opt_str(d, "id");
-  f.severity = severity_from(opt_str(d, "severity"));
-  f.score = opt_double(d, "score", "finding").value_or(0);
-  f.loader = int(opt_int(d, "loader", "finding").value_or(-1));
+  f.id = read_str(d, "id", w);
+  f.severity = severity_from(read_str(d, "severity", w));
+  f.score = read<double>(d, "score", w).value_or(0);
+  f.loader = int(read<int64_t>(d, "loader", w).value_or(-1));
   return f;
 }
 
@@ -143,8 +98,8 @@ nb::dict loader_summary_to_dict(const analyze::LoaderSummary& s) {
   d["id"] = s.id;
   d["config_known"] = c.known;
   d["num_workers"] = c.num_workers;
-  d["batch_size"] = py(c.batch_size);
-  d["prefetch_factor"] = py(c.prefetch_factor);
+  d["batch_size"] = opt(c.batch_size);
+  d["prefetch_factor"] = opt(c.prefetch_factor);
   d["pin_memory"] = c.known ? nb::cast(c.pin_memory()) : nb::none();
   d["persistent_workers"] = c.known ? nb::cast(c.persistent_workers()) : nb::none();
   d["in_order"] = c.known ? nb::cast(c.in_order()) : nb::none();
@@ -153,23 +108,23 @@ nb::dict loader_summary_to_dict(const analyze::LoaderSummary& s) {
   d["dataset_kind"] = c.known ? nb::cast(c.iterable_dataset() ? "iterable" : "map") : nb::none();
   const char* sm = start_method_name(c.start_method);
   d["start_method"] = sm ? nb::cast(sm) : nb::none();
-  d["timeout_ms"] = py(c.timeout_ms);
+  d["timeout_ms"] = opt(c.timeout_ms);
   d["main_pid"] = c.main_pid > 0 ? nb::cast(c.main_pid) : nb::none();
   d["epochs"] = s.epochs;
   d["batches"] = s.batches;
-  d["batches_per_s"] = py(s.batches_per_s);
-  d["data_stall_pct"] = py(s.data_stall_pct);
-  d["getitem_p50_ms"] = py(s.getitem_p50_ms);
-  d["getitem_p99_ms"] = py(s.getitem_p99_ms);
-  d["collate_p50_ms"] = py(s.collate_p50_ms);
-  d["fetch_p50_ms"] = py(s.fetch_p50_ms);
-  d["consumer_step_ms"] = py(s.consumer_step_ms);
-  d["pin_memory_ms"] = py(s.pin_memory_ms);
-  d["batch_bytes"] = py(s.batch_bytes);
-  d["worker_on_cpu_fraction"] = py(s.worker_on_cpu_fraction);
-  d["worker_cpu_pct"] = py(s.worker_cpu_pct);
-  d["runq_delay_pct"] = py(s.runq_delay_pct);
-  d["read_mb_s"] = py(s.read_mb_per_s);
+  d["batches_per_s"] = opt(s.batches_per_s);
+  d["data_stall_pct"] = opt(s.data_stall_pct);
+  d["getitem_p50_ms"] = opt(s.getitem_p50_ms);
+  d["getitem_p99_ms"] = opt(s.getitem_p99_ms);
+  d["collate_p50_ms"] = opt(s.collate_p50_ms);
+  d["fetch_p50_ms"] = opt(s.fetch_p50_ms);
+  d["consumer_step_ms"] = opt(s.consumer_step_ms);
+  d["pin_memory_ms"] = opt(s.pin_memory_ms);
+  d["batch_bytes"] = opt(s.batch_bytes);
+  d["worker_on_cpu_fraction"] = opt(s.worker_on_cpu_fraction);
+  d["worker_cpu_pct"] = opt(s.worker_cpu_pct);
+  d["runq_delay_pct"] = opt(s.runq_delay_pct);
+  d["read_mb_s"] = opt(s.read_mb_per_s);
   nb::list pids;
   for (int p : s.worker_pids) pids.append(p);
   d["worker_pids"] = pids;
@@ -179,13 +134,13 @@ nb::dict loader_summary_to_dict(const analyze::LoaderSummary& s) {
     wd["worker"] = w.worker;
     wd["pid"] = w.pid > 0 ? nb::cast(w.pid) : nb::none();
     wd["batches"] = w.batches;
-    wd["fetch_mean_ms"] = py(w.fetch_mean_ms);
-    wd["fetch_recent_p50_ms"] = py(w.fetch_recent_p50_ms);
-    wd["on_cpu_fraction"] = py(w.on_cpu_fraction);
+    wd["fetch_mean_ms"] = opt(w.fetch_mean_ms);
+    wd["fetch_recent_p50_ms"] = opt(w.fetch_recent_p50_ms);
+    wd["on_cpu_fraction"] = opt(w.on_cpu_fraction);
     workers.append(wd);
   }
   d["workers"] = workers;
-  d["first_batch_latency_ms"] = py(s.first_batch_latency_ms);
+  d["first_batch_latency_ms"] = opt(s.first_batch_latency_ms);
   nb::list per_epoch;
   for (double ms : s.first_batch_latency_ms_per_epoch) per_epoch.append(ms);
   d["first_batch_latency_ms_per_epoch"] = per_epoch;
@@ -195,86 +150,85 @@ nb::dict loader_summary_to_dict(const analyze::LoaderSummary& s) {
 }
 
 nb::list loader_summaries_to_list(const std::vector<analyze::LoaderSummary>& loaders) {
-  nb::list out;
-  for (const analyze::LoaderSummary& s : loaders) out.append(loader_summary_to_dict(s));
-  return out;
+  return list_of(loaders, loader_summary_to_dict);
 }
 
 // --- in --------------------------------------------------------------------------------------
 
 system::Facts facts_from_dict(nb::handle d) {
   if (!d.is_none() && !nb::isinstance<nb::dict>(d))
-    throw Error("facts must be the dict collect_facts() returns, got " + py_type_name(d));
+    throw Error("facts must be the dict collect_facts() returns, got " + py_type(d));
   const char* w = "facts";
   system::Facts f;
-  nb::object cpu = field(d, "cpu");
-  if (auto v = opt_int(cpu, "online", w)) f.cpu.online = int(*v);
-  if (auto v = opt_int(cpu, "affinity", w)) f.cpu.affinity = int(*v);
-  f.cpu.cgroup_quota = opt_double(cpu, "cgroup_quota", w);
-  if (auto v = opt_int(cpu, "physical_cores", w)) f.cpu.physical_cores = int(*v);
-  f.cpu.usable = opt_double(cpu, "usable", w);
-  f.cpu.quota_source = opt_str(cpu, "quota_source");
-  nb::object mem = field(d, "memory");
-  f.memory.total_bytes = opt_int(mem, "total_bytes", w);
-  f.memory.available_bytes = opt_int(mem, "available_bytes", w);
-  f.memory.swap_total_bytes = opt_int(mem, "swap_total_bytes", w);
-  f.memory.swap_free_bytes = opt_int(mem, "swap_free_bytes", w);
-  f.memory.cgroup_limit_bytes = opt_int(mem, "cgroup_limit_bytes", w);
-  f.memory.cgroup_usage_bytes = opt_int(mem, "cgroup_usage_bytes", w);
-  f.memory.cgroup_working_set_bytes = opt_int(mem, "cgroup_working_set_bytes", w);
-  f.memory.cgroup_source = opt_str(mem, "cgroup_source");
-  nb::object shm = field(d, "shm");
-  if (auto p = opt_str(shm, "path"); !p.empty()) f.shm.path = p;
-  f.shm.total_bytes = opt_int(shm, "total_bytes", w);
-  f.shm.free_bytes = opt_int(shm, "free_bytes", w);
-  f.shm.fs_type = opt_str(shm, "fs_type");
-  f.shm.options = opt_str(shm, "options");
-  nb::object lim = field(d, "limits");
-  f.limits.nofile_soft = opt_int(lim, "nofile_soft", w);
-  f.limits.nofile_hard = opt_int(lim, "nofile_hard", w);
-  f.limits.memlock_soft = opt_int(lim, "memlock_soft", w);
-  f.limits.memlock_hard = opt_int(lim, "memlock_hard", w);
-  f.limits.open_fds = opt_int(lim, "open_fds", w);
-  nb::object cont = field(d, "container");
-  f.in_container = opt_bool(cont, "in_container", w);
-  f.container_kind = opt_str(cont, "kind");
-  nb::object pr = field(d, "pressure");
-  f.cpu_pressure_some_avg10 = opt_double(pr, "cpu_some_avg10", w);
-  f.io_pressure_some_avg10 = opt_double(pr, "io_some_avg10", w);
-  f.mem_pressure_some_avg10 = opt_double(pr, "memory_some_avg10", w);
-  f.cgroup_version = opt_str(d, "cgroup_version");
+  nb::handle cpu = field(d, "cpu");
+  if (auto v = read<int64_t>(cpu, "online", w)) f.cpu.online = int(*v);
+  if (auto v = read<int64_t>(cpu, "affinity", w)) f.cpu.affinity = int(*v);
+  f.cpu.cgroup_quota = read<double>(cpu, "cgroup_quota", w);
+  if (auto v = read<int64_t>(cpu, "physical_cores", w)) f.cpu.physical_cores = int(*v);
+  f.cpu.usable = read<double>(cpu, "usable", w);
+  f.cpu.quota_source = read_str(cpu, "quota_source", w);
+  nb::handle mem = field(d, "memory");
+  f.memory.total_bytes = read<int64_t>(mem, "total_bytes", w);
+  f.memory.available_bytes = read<int64_t>(mem, "available_bytes", w);
+  f.memory.swap_total_bytes = read<int64_t>(mem, "swap_total_bytes", w);
+  f.memory.swap_free_bytes = read<int64_t>(mem, "swap_free_bytes", w);
+  f.memory.cgroup_limit_bytes = read<int64_t>(mem, "cgroup_limit_bytes", w);
+  f.memory.cgroup_usage_bytes = read<int64_t>(mem, "cgroup_usage_bytes", w);
+  f.memory.cgroup_working_set_bytes = read<int64_t>(mem, "cgroup_working_set_bytes", w);
+  f.memory.cgroup_source = read_str(mem, "cgroup_source", w);
+  nb::handle shm = field(d, "shm");
+  if (auto p = read_str(shm, "path", w); !p.empty()) f.shm.path = p;
+  f.shm.total_bytes = read<int64_t>(shm, "total_bytes", w);
+  f.shm.free_bytes = read<int64_t>(shm, "free_bytes", w);
+  f.shm.fs_type = read_str(shm, "fs_type", w);
+  f.shm.options = read_str(shm, "options", w);
+  nb::handle lim = field(d, "limits");
+  f.limits.nofile_soft = read<int64_t>(lim, "nofile_soft", w);
+  f.limits.nofile_hard = read<int64_t>(lim, "nofile_hard", w);
+  f.limits.memlock_soft = read<int64_t>(lim, "memlock_soft", w);
+  f.limits.memlock_hard = read<int64_t>(lim, "memlock_hard", w);
+  f.limits.open_fds = read<int64_t>(lim, "open_fds", w);
+  nb::handle cont = field(d, "container");
+  f.in_container = read<bool>(cont, "in_container", w);
+  f.container_kind = read_str(cont, "kind", w);
+  nb::handle pr = field(d, "pressure");
+  f.cpu_pressure_some_avg10 = read<double>(pr, "cpu_some_avg10", w);
+  f.io_pressure_some_avg10 = read<double>(pr, "io_some_avg10", w);
+  f.mem_pressure_some_avg10 = read<double>(pr, "memory_some_avg10", w);
+  f.cgroup_version = read_str(d, "cgroup_version", w);
   return f;
 }
 
 system::StorageFacts storage_from_dict(nb::handle d) {
   if (!nb::isinstance<nb::dict>(d))
-    throw Error("storage must be the dict probe_storage() returns, got " + py_type_name(d));
+    throw Error("storage must be the dict probe_storage() returns, got " + py_type(d));
   const char* w = "storage";
   system::StorageFacts s;
-  s.path = opt_str(d, "path");
-  s.mount_point = opt_str(d, "mount_point");
-  s.fs_type = opt_str(d, "fs_type");
-  s.source = opt_str(d, "source");
-  s.network_fs = opt_bool(d, "network_fs", w).value_or(false);
-  s.block_device = opt_str(d, "block_device");
-  s.device_numbers = opt_str(d, "device_numbers");
-  s.rotational = opt_bool(d, "rotational", w);
-  s.files = opt_int(d, "files", w);
-  s.bytes = opt_int(d, "bytes", w);
-  s.count_truncated = opt_bool(d, "count_truncated", w).value_or(false);
-  s.read_mb_s = opt_double(d, "read_mb_s", w);
-  s.probe_bytes = opt_int(d, "probe_bytes", w);
-  s.probe_cached = opt_bool(d, "probe_cached", w).value_or(false);
+  s.path = read_str(d, "path", w);
+  s.mount_point = read_str(d, "mount_point", w);
+  s.fs_type = read_str(d, "fs_type", w);
+  s.source = read_str(d, "source", w);
+  s.network_fs = read<bool>(d, "network_fs", w).value_or(false);
+  s.block_device = read_str(d, "block_device", w);
+  s.device_numbers = read_str(d, "device_numbers", w);
+  s.rotational = read<bool>(d, "rotational", w);
+  s.files = read<int64_t>(d, "files", w);
+  s.bytes = read<int64_t>(d, "bytes", w);
+  s.count_truncated = read<bool>(d, "count_truncated", w).value_or(false);
+  s.read_mb_s = read<double>(d, "read_mb_s", w);
+  s.probe_bytes = read<int64_t>(d, "probe_bytes", w);
+  s.probe_cached = read<bool>(d, "probe_cached", w).value_or(false);
   return s;
 }
 
 trace::Event event_from_tuple(nb::handle t) {
   if (!(nb::isinstance<nb::tuple>(t) || nb::isinstance<nb::list>(t)) || nb::len(t) != 12)
-    throw Error("an event must be the 12-tuple (kind, pid, t_ns, flags, loader, worker, index, "
-                "count, v0, v1, v2, v3), got " +
-                (nb::isinstance<nb::tuple>(t) || nb::isinstance<nb::list>(t)
-                     ? "a sequence of " + std::to_string(nb::len(t))
-                     : py_type_name(t)));
+    throw Error(
+        "an event must be the 12-tuple (kind, pid, t_ns, flags, loader, worker, index, "
+        "count, v0, v1, v2, v3), got " +
+        (nb::isinstance<nb::tuple>(t) || nb::isinstance<nb::list>(t)
+             ? "a sequence of " + std::to_string(nb::len(t))
+             : py_type(t)));
   static constexpr const char* kNames[] = {"kind",  "pid",   "t_ns", "flags", "loader", "worker",
                                            "index", "count", "v0",   "v1",    "v2",     "v3"};
   int64_t x[12];
@@ -295,62 +249,54 @@ trace::Event event_from_tuple(nb::handle t) {
 sample::Snapshot snapshot_from_dict(nb::handle d) {
   if (!nb::isinstance<nb::dict>(d))
     throw Error("a snapshot must be a dict with 't_ns', 'machine' and 'processes', got " +
-                py_type_name(d));
+                py_type(d));
   const char* w = "snapshot";
   sample::Snapshot s;
-  s.t_ns = opt_int(d, "t_ns", w).value_or(0);
-  s.cost_ns = opt_int(d, "cost_ns", w).value_or(0);
-  if (auto q = opt_int(d, "seq", w)) s.seq = uint64_t(*q);
-  nb::object m = field(d, "machine");
-  s.machine.cpu_busy_pct = opt_double(m, "cpu_busy_pct", w);
-  s.machine.mem_available_bytes = opt_int(m, "mem_available_bytes", w);
-  s.machine.swap_in_per_s = opt_double(m, "swap_in_per_s", w);
-  s.machine.swap_out_per_s = opt_double(m, "swap_out_per_s", w);
-  s.machine.cpu_pressure_some = opt_double(m, "cpu_pressure_some", w);
-  s.machine.io_pressure_some = opt_double(m, "io_pressure_some", w);
-  s.machine.mem_pressure_some = opt_double(m, "mem_pressure_some", w);
-  s.machine.shm_used_bytes = opt_int(m, "shm_used_bytes", w);
-  s.machine.shm_total_bytes = opt_int(m, "shm_total_bytes", w);
-  nb::object procs = field(d, "processes");
-  if (procs.is_none()) return s;
-  if (!nb::isinstance<nb::list>(procs) && !nb::isinstance<nb::tuple>(procs))
-    throw Error("snapshot field 'processes' must be a list of dicts, got " + py_type_name(procs));
-  for (nb::handle p : procs) {
-    if (!nb::isinstance<nb::dict>(p))
-      throw Error("snapshot process must be a dict, got " + py_type_name(p));
+  s.t_ns = read<int64_t>(d, "t_ns", w).value_or(0);
+  s.cost_ns = read<int64_t>(d, "cost_ns", w).value_or(0);
+  if (auto q = read<int64_t>(d, "seq", w)) s.seq = uint64_t(*q);
+  nb::handle m = field(d, "machine");
+  s.machine.cpu_busy_pct = read<double>(m, "cpu_busy_pct", w);
+  s.machine.mem_available_bytes = read<int64_t>(m, "mem_available_bytes", w);
+  s.machine.swap_in_per_s = read<double>(m, "swap_in_per_s", w);
+  s.machine.swap_out_per_s = read<double>(m, "swap_out_per_s", w);
+  s.machine.cpu_pressure_some = read<double>(m, "cpu_pressure_some", w);
+  s.machine.io_pressure_some = read<double>(m, "io_pressure_some", w);
+  s.machine.mem_pressure_some = read<double>(m, "mem_pressure_some", w);
+  s.machine.shm_used_bytes = read<int64_t>(m, "shm_used_bytes", w);
+  s.machine.shm_total_bytes = read<int64_t>(m, "shm_total_bytes", w);
+  for (nb::handle p : read_list(d, "processes", w)) {
+    require_dict(p, "snapshot process");
     sample::ProcessSample x;
-    x.pid = int(opt_int(p, "pid", w).value_or(0));
-    x.ppid = int(opt_int(p, "ppid", w).value_or(0));
-    const std::string state = opt_str(p, "state");
+    x.pid = int(read<int64_t>(p, "pid", w).value_or(0));
+    x.ppid = int(read<int64_t>(p, "ppid", w).value_or(0));
+    const std::string state = read_str(p, "state", w);
     x.state = state.empty() ? '?' : state[0];
-    x.comm = opt_str(p, "comm");
-    x.num_threads = int(opt_int(p, "num_threads", w).value_or(0));
-    x.cpu_pct = opt_double(p, "cpu_pct", w);
-    x.runq_delay_pct = opt_double(p, "runq_delay_pct", w);
-    x.voluntary_cs_per_s = opt_double(p, "voluntary_cs_per_s", w);
-    x.involuntary_cs_per_s = opt_double(p, "involuntary_cs_per_s", w);
-    x.rss_bytes = opt_int(p, "rss_bytes", w);
-    x.pss_bytes = opt_int(p, "pss_bytes", w);
-    x.private_dirty_bytes = opt_int(p, "private_dirty_bytes", w);
-    x.read_bytes_per_s = opt_double(p, "read_bytes_per_s", w);
-    x.rchar_per_s = opt_double(p, "rchar_per_s", w);
-    x.read_bytes_total = opt_int(p, "read_bytes_total", w);
-    x.rchar_total = opt_int(p, "rchar_total", w);
-    x.cpu_ns_total = opt_int(p, "cpu_ns_total", w);
-    x.open_fds = opt_int(p, "open_fds", w);
-    x.wchan = opt_str(p, "wchan");
-    nb::object threads = field(p, "threads");
-    if (nb::isinstance<nb::list>(threads) || nb::isinstance<nb::tuple>(threads)) {
-      for (nb::handle th : threads) {
-        sample::ThreadSample t;
-        t.tid = int(opt_int(th, "tid", w).value_or(0));
-        const std::string ts = opt_str(th, "state");
-        t.state = ts.empty() ? '?' : ts[0];
-        t.comm = opt_str(th, "comm");
-        t.cpu_pct = opt_double(th, "cpu_pct", w);
-        t.runq_delay_pct = opt_double(th, "runq_delay_pct", w);
-        x.threads.push_back(std::move(t));
-      }
+    x.comm = read_str(p, "comm", w);
+    x.num_threads = int(read<int64_t>(p, "num_threads", w).value_or(0));
+    x.cpu_pct = read<double>(p, "cpu_pct", w);
+    x.runq_delay_pct = read<double>(p, "runq_delay_pct", w);
+    x.voluntary_cs_per_s = read<double>(p, "voluntary_cs_per_s", w);
+    x.involuntary_cs_per_s = read<double>(p, "involuntary_cs_per_s", w);
+    x.rss_bytes = read<int64_t>(p, "rss_bytes", w);
+    x.pss_bytes = read<int64_t>(p, "pss_bytes", w);
+    x.private_dirty_bytes = read<int64_t>(p, "private_dirty_bytes", w);
+    x.read_bytes_per_s = read<double>(p, "read_bytes_per_s", w);
+    x.rchar_per_s = read<double>(p, "rchar_per_s", w);
+    x.read_bytes_total = read<int64_t>(p, "read_bytes_total", w);
+    x.rchar_total = read<int64_t>(p, "rchar_total", w);
+    x.cpu_ns_total = read<int64_t>(p, "cpu_ns_total", w);
+    x.open_fds = read<int64_t>(p, "open_fds", w);
+    x.wchan = read_str(p, "wchan", w);
+    for (nb::handle th : read_list(p, "threads", w, Bad::kUnknown)) {
+      sample::ThreadSample t;
+      t.tid = int(read<int64_t>(th, "tid", w).value_or(0));
+      const std::string ts = read_str(th, "state", w);
+      t.state = ts.empty() ? '?' : ts[0];
+      t.comm = read_str(th, "comm", w);
+      t.cpu_pct = read<double>(th, "cpu_pct", w);
+      t.runq_delay_pct = read<double>(th, "runq_delay_pct", w);
+      x.threads.push_back(std::move(t));
     }
     s.processes.push_back(std::move(x));
   }
@@ -359,30 +305,41 @@ sample::Snapshot snapshot_from_dict(nb::handle d) {
 
 analyze::HotFunction hot_function_from_dict(nb::handle d) {
   if (!nb::isinstance<nb::dict>(d))
-    throw Error("a hot function must be a dict with 'name' and 'cumulative_ms', got " +
-                py_type_name(d));
+    throw Error("a hot function must be a dict with 'name' and 'cumulative_ms', got " + py_type(d));
   const char* w = "hot function";
   analyze::HotFunction h;
-  h.name = opt_str(d, "name");
-  if (h.name.empty()) h.name = opt_str(d, "function");
-  h.location = opt_str(d, "location");
+  h.name = read_str(d, "name", w);
+  if (h.name.empty()) h.name = read_str(d, "function", w);
+  h.location = read_str(d, "location", w);
   if (h.location.empty()) {
-    h.location = opt_str(d, "file");
-    if (auto line = opt_int(d, "line", w); line && !h.location.empty())
+    h.location = read_str(d, "file", w);
+    if (auto line = read<int64_t>(d, "line", w); line && !h.location.empty())
       h.location += ":" + std::to_string(*line);
   }
-  auto ms = opt_double(d, "cumulative_ms", w);
-  if (!ms) ms = opt_double(d, "cum_ms", w);
-  if (!ms) ms = opt_double(d, "ms", w);
+  auto ms = read<double>(d, "cumulative_ms", w);
+  if (!ms) ms = read<double>(d, "cum_ms", w);
+  if (!ms) ms = read<double>(d, "ms", w);
   h.cumulative_ms = ms.value_or(0);
-  h.self_ms = opt_double(d, "self_ms", w);
-  h.calls = opt_int(d, "calls", w).value_or(0);
+  h.self_ms = read<double>(d, "self_ms", w);
+  h.calls = read<int64_t>(d, "calls", w).value_or(0);
   return h;
 }
 
 // --- the Analyzer ----------------------------------------------------------------------------
 
 void register_analyze(nb::module_& m) {
+  // What `dldoctor check` shares with the rules, defined once here in the core.
+  m.attr("SHM_MARGIN") = analyze::kShmMargin;
+  m.attr("NOFILE_WARN_BELOW") = analyze::kFdRecommendedMin;
+  m.attr("DEFAULT_PREFETCH_FACTOR") = analyze::kDefaultPrefetchFactor;
+  m.attr("RAM_LOW_FRACTION") = analyze::kLowMemoryFraction;
+  m.attr("MAIN_PROCESS_CORES") = analyze::kMainProcessCores;
+  m.attr("CACHE_FIT_FRACTION") = analyze::kCacheFitFraction;
+  m.def("shm_fix", &analyze::shm_fix, nb::arg("container_kind"), nb::arg("in_flight_bytes"),
+        "The fix for a /dev/shm that must hold in_flight_bytes (SHM_MARGIN times over), as "
+        "shm_exhausted and `dldoctor check` word it: whole GiB, then Docker, Kubernetes and "
+        "bare-metal commands (container_kind's first), then fewer batches in flight.");
+
   using analyze::Session;
   nb::class_<Session>(m, "Analyzer",
                       "The streaming analyzer of one job: feed it events and sampler passes, "
@@ -392,7 +349,7 @@ void register_analyze(nb::module_& m) {
           "set_facts_dict",
           [](Session& s, nb::handle d) {
             s.set_facts(facts_from_dict(d));
-            if (nb::object st = field(d, "storage"); !st.is_none())
+            if (nb::handle st = field(d, "storage"); st.is_valid())
               s.set_data_storage(storage_from_dict(st));
           },
           nb::arg("facts"),
@@ -435,8 +392,8 @@ void register_analyze(nb::module_& m) {
             std::vector<report::Finding> fs;
             {
               nb::gil_scoped_release release;
-              fs = s.findings(now_ns, whole_run ? analyze::Window::kWholeRun
-                                                : analyze::Window::kRecent);
+              fs = s.findings(now_ns,
+                              whole_run ? analyze::Window::kWholeRun : analyze::Window::kRecent);
             }
             return findings_to_list(fs);
           },
@@ -450,8 +407,7 @@ void register_analyze(nb::module_& m) {
             for (nb::handle f : findings) fs.push_back(finding_from_dict(f));
             return Session::verdict(fs);
           },
-          nb::arg("findings"),
-          "The id of the most important critical finding, else 'healthy'.")
+          nb::arg("findings"), "The id of the most important critical finding, else 'healthy'.")
       .def(
           "loaders",
           [](const Session& s) {

@@ -2,18 +2,18 @@
 #include "dldoctor_core/monitor/monitor.hpp"
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <nanobind/stl/optional.h>
-
 #include "analyze_convert.hpp"
-#include "beyond_convert.hpp"
 #include "dldoctor_core/common/clock.hpp"
-#include "failure_convert.hpp"
+#include "dldoctor_core/system/collect.hpp"
 #include "monitor_convert.hpp"
-#include "watchdog_convert.hpp"
+#include "notes_convert.hpp"
 #include "register.hpp"
+#include "system_convert.hpp"
+#include "watchdog_convert.hpp"
 
 namespace nb = nanobind;
 
@@ -39,8 +39,19 @@ void register_monitor(nb::module_& m) {
           nb::arg("trace_max_events") = 0)
       .def("start", &Monitor::start, nb::arg("root_pid"), nb::call_guard<nb::gil_scoped_release>())
       .def("stop", &Monitor::stop, nb::call_guard<nb::gil_scoped_release>())
-      .def("set_facts",
-           [](Monitor& self, nb::handle facts) { self.set_facts(facts_from_dict(facts)); })
+      .def(
+          "collect_facts",
+          [](Monitor& self) {
+            system::Facts f;
+            {
+              nb::gil_scoped_release nogil;
+              f = system::collect();
+              self.set_facts(f);
+            }
+            return facts_to_dict(f);
+          },
+          "Reads this machine's facts (as collect_facts()), hands them to the analysis as "
+          "they are, and returns them as the dict the report's `system` section shows.")
       .def("set_data_storage",
            [](Monitor& self, nb::handle storage) {
              self.session().set_data_storage(storage_from_dict(storage));
@@ -51,22 +62,38 @@ void register_monitor(nb::module_& m) {
              for (nb::handle f : functions) fs.push_back(hot_function_from_dict(f));
              self.session().add_hot_functions(loader, std::move(fs));
            })
-      .def("note_failure",
-           [](Monitor& self, nb::handle note) {
-             self.session().note(failure_note_from_dict(note));
-           },
-           nb::arg("note"), "A failure note (dict with 'kind') from the side logs.")
-      .def("findings",
-           [](Monitor& self, bool whole_run) {
-             std::vector<report::Finding> fs;
-             {
-               nb::gil_scoped_release nogil;
-               fs = self.session().findings(
-                   0, whole_run ? analyze::Window::kWholeRun : analyze::Window::kRecent);
-             }
-             return findings_to_list(fs);
-           },
-           nb::arg("whole_run") = true)
+      .def(
+          "note_failure",
+          [](Monitor& self, nb::handle note) { self.session().note(failure_note_from_dict(note)); },
+          nb::arg("note"), "A failure note (dict with 'kind') from the side logs.")
+      .def(
+          "findings",
+          [](Monitor& self, bool whole_run) {
+            std::vector<report::Finding> fs;
+            {
+              nb::gil_scoped_release nogil;
+              fs = self.session().findings(
+                  0, whole_run ? analyze::Window::kWholeRun : analyze::Window::kRecent);
+            }
+            return findings_to_list(fs);
+          },
+          nb::arg("whole_run") = true)
+      .def(
+          "decide",
+          [](Monitor& self, bool whole_run) {
+            analyze::Decision d;
+            {
+              nb::gil_scoped_release nogil;
+              d = self.decide(whole_run ? analyze::Window::kWholeRun : analyze::Window::kRecent);
+            }
+            nb::dict out;
+            out["verdict"] = d.verdict;
+            out["findings"] = findings_to_list(d.findings);
+            return out;
+          },
+          nb::arg("whole_run") = true,
+          "The report decided: {'verdict', 'findings'}, most important first; over the whole "
+          "run the newest hang's findings are merged in. 'unknown' when no DataLoader was seen.")
       .def("loaders",
            [](Monitor& self) {
              std::vector<analyze::LoaderSummary> ls;
@@ -89,19 +116,21 @@ void register_monitor(nb::module_& m) {
            [](Monitor& self, int pid, int threads) {
              self.session().note_torch_threads(pid, threads);
            })
-      .def("set_loader_notes",
-           [](Monitor& self, uint16_t loader, const std::string& collate_fn,
-              const std::string& worker_init_fn, std::optional<int> main_threads,
-              std::vector<std::string> names) {
-             monitor::LoaderNotes n;
-             n.collate_fn = collate_fn;
-             n.worker_init_fn = worker_init_fn;
-             n.main_threads = main_threads;
-             n.main_thread_names = std::move(names);
-             self.set_loader_notes(loader, std::move(n));
-           },
-           nb::arg("loader"), nb::arg("collate_fn") = "", nb::arg("worker_init_fn") = "",
-           nb::arg("main_threads") = nb::none(), nb::arg("main_thread_names") = std::vector<std::string>{})
+      .def(
+          "set_loader_notes",
+          [](Monitor& self, uint16_t loader, const std::string& collate_fn,
+             const std::string& worker_init_fn, std::optional<int> main_threads,
+             std::vector<std::string> names) {
+            monitor::LoaderNotes n;
+            n.collate_fn = collate_fn;
+            n.worker_init_fn = worker_init_fn;
+            n.main_threads = main_threads;
+            n.main_thread_names = std::move(names);
+            self.set_loader_notes(loader, std::move(n));
+          },
+          nb::arg("loader"), nb::arg("collate_fn") = "", nb::arg("worker_init_fn") = "",
+          nb::arg("main_threads") = nb::none(),
+          nb::arg("main_thread_names") = std::vector<std::string>{})
       .def("last_hang",
            [](Monitor& self) -> nb::object {
              auto snap = self.last_hang();
@@ -111,38 +140,41 @@ void register_monitor(nb::module_& m) {
              d["findings"] = hang_findings_to_list(self.last_hang_findings());
              return d;
            })
-      .def("series",
-           [](Monitor& self) {
-             monitor::SeriesData d;
-             {
-               nb::gil_scoped_release nogil;
-               d = self.series().data();
-             }
-             return series_to_dict(d);
-           },
-           "The run over time: per loader, per worker and machine series (Report.series).")
-      .def("live",
-           [](Monitor& self) {
-             monitor::LiveData d;
-             {
-               nb::gil_scoped_release nogil;
-               d = self.series().live(now_ns());
-             }
-             return live_to_dict(d);
-           },
-           "The figures of the last two seconds, for the live view.")
-      .def("trace_events",
-           [](Monitor& self) -> nb::object {
-             const monitor::TraceStore* t = self.trace_store();
-             if (t == nullptr) return nb::none();
-             monitor::TraceContents c;
-             {
-               nb::gil_scoped_release nogil;
-               c = t->contents();
-             }
-             return trace_to_dict(c);
-           },
-           "Raw events and counters kept for --trace (None unless trace_max_events > 0).")
+      .def(
+          "series",
+          [](Monitor& self) {
+            monitor::SeriesData d;
+            {
+              nb::gil_scoped_release nogil;
+              d = self.series().data();
+            }
+            return series_to_dict(d);
+          },
+          "The run over time: per loader, per worker and machine series (Report.series).")
+      .def(
+          "live",
+          [](Monitor& self) {
+            monitor::LiveData d;
+            {
+              nb::gil_scoped_release nogil;
+              d = self.series().live(now_ns());
+            }
+            return live_to_dict(d);
+          },
+          "The figures of the last two seconds, for the live view.")
+      .def(
+          "trace_events",
+          [](Monitor& self) -> nb::object {
+            const monitor::TraceStore* t = self.trace_store();
+            if (t == nullptr) return nb::none();
+            monitor::TraceContents c;
+            {
+              nb::gil_scoped_release nogil;
+              c = t->contents();
+            }
+            return trace_to_dict(c);
+          },
+          "Raw events and counters kept for --trace (None unless trace_max_events > 0).")
       .def_prop_ro("hangs", &Monitor::hangs)
       .def_prop_ro("hang_timeout_s", &Monitor::hang_timeout_s)
       .def_prop_ro("events_seen", &Monitor::events_seen)

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <vector>
+
 #include "optional.hpp"
 
 namespace nb = nanobind;
@@ -14,9 +15,7 @@ namespace dldoctor::ext {
 
 namespace {
 nb::list opt_list(const std::vector<std::optional<double>>& v) {
-  nb::list out;
-  for (const auto& x : v) out.append(opt(x));
-  return out;
+  return list_of(v, [](const std::optional<double>& x) { return opt(x); });
 }
 
 nb::list float_list(const std::vector<float>& v) {
@@ -118,8 +117,7 @@ nb::dict trace_to_dict(const monitor::TraceContents& c) {
   nb::list events;
   for (const trace::Event& e : c.events) {
     events.append(nb::make_tuple(int(e.kind), e.pid, e.t_ns, int(e.flags), int(e.loader),
-                                 int(e.worker), e.index, e.count, e.v[0], e.v[1], e.v[2],
-                                 e.v[3]));
+                                 int(e.worker), e.index, e.count, e.v[0], e.v[1], e.v[2], e.v[3]));
   }
   nb::list machine;
   for (const auto& m : c.machine) {

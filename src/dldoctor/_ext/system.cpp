@@ -5,8 +5,9 @@
 
 #include "dldoctor_core/system/collect.hpp"
 #include "dldoctor_core/system/storage.hpp"
-#include "register.hpp"
 #include "optional.hpp"
+#include "register.hpp"
+#include "system_convert.hpp"
 
 namespace nb = nanobind;
 
@@ -58,7 +59,9 @@ nb::dict to_dict(const system::LimitFacts& l) {
   return d;
 }
 
-nb::dict to_dict(const system::Facts& f) {
+}  // namespace
+
+nb::dict facts_to_dict(const system::Facts& f) {
   nb::dict d;
   d["cpu"] = to_dict(f.cpu);
   d["memory"] = to_dict(f.memory);
@@ -76,6 +79,8 @@ nb::dict to_dict(const system::Facts& f) {
   d["cgroup_version"] = f.cgroup_version;
   return d;
 }
+
+namespace {
 
 nb::dict to_dict(const system::StorageFacts& s) {
   nb::dict d;
@@ -109,7 +114,7 @@ void register_system(nb::module_& m) {
           nb::gil_scoped_release release;
           f = system::collect(o);
         }
-        return to_dict(f);
+        return facts_to_dict(f);
       },
       nb::arg("shm_path") = "/dev/shm", nb::arg("proc_root") = "/proc",
       nb::arg("sys_root") = "/sys", nb::arg("root") = "/",

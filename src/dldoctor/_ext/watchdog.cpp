@@ -2,6 +2,8 @@
 // the hang classifier over dict-shaped captures, and the Watchdog thread with a Python probe.
 // Dicts in and out use the field names of hang.hpp; unknown values are None. Every wait
 // (stack capture, stopping the thread) runs with the GIL released.
+#include "dldoctor_core/watchdog/watchdog.hpp"
+
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -14,15 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "analyze_convert.hpp"
+#include "dldoctor_core/analyze/rules.hpp"
 #include "dldoctor_core/common/error.hpp"
-#include "dldoctor_core/watchdog/classify.hpp"
 #include "dldoctor_core/watchdog/proc_probe.hpp"
 #include "dldoctor_core/watchdog/stack.hpp"
-#include "dldoctor_core/watchdog/watchdog.hpp"
+#include "optional.hpp"
 #include "register.hpp"
 #include "watchdog_convert.hpp"
-#include "analyze_convert.hpp"
-#include "optional.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -57,9 +58,7 @@ nb::list threads_list(const std::vector<wd::PyThreadStack>& stacks) {
     d["no_python_frame"] = t.no_python_frame;
     d["elided"] = t.elided;
     d["truncated"] = t.truncated;
-    nb::list frames;
-    for (const wd::PyFrame& f : t.frames) frames.append(frame_dict(f));
-    d["frames"] = frames;
+    d["frames"] = list_of(t.frames, frame_dict);
     out.append(d);
   }
   return out;
@@ -122,9 +121,7 @@ nb::dict snapshot_dict(const wd::HangSnapshot& s) {
   d["t_ns"] = s.t_ns;
   d["stalled_s"] = s.stalled_s;
   d["timeout_s"] = s.timeout_s;
-  nb::list procs;
-  for (const wd::ProcessCapture& p : s.processes) procs.append(capture_dict(p));
-  d["processes"] = procs;
+  d["processes"] = list_of(s.processes, capture_dict);
   return d;
 }
 
@@ -135,60 +132,23 @@ nb::list findings_list(const std::vector<report::Finding>& findings) {
 
 // ---- Python -> C++ (bad shapes become one-line CoreErrors) ----------------------------------
 
-[[noreturn]] void bad(const std::string& where, const char* key, const char* want) {
-  throw Error(where + ": '" + key + "' must be " + want);
-}
-
-nb::handle get(nb::handle d, const char* key) {
-  if (!nb::isinstance<nb::dict>(d)) return nb::handle();
-  nb::dict dd = nb::borrow<nb::dict>(d);
-  if (!dd.contains(key)) return nb::handle();
-  nb::handle v = dd[key];
-  return v.is_none() ? nb::handle() : v;
-}
-
-template <typename T>
-std::optional<T> get_opt(nb::handle d, const char* key, const std::string& where,
-                         const char* want) {
-  nb::handle v = get(d, key);
-  if (!v) return std::nullopt;
-  T out;
-  if (!nb::try_cast<T>(v, out)) bad(where, key, want);
-  return out;
-}
-
-std::string get_str(nb::handle d, const char* key, const std::string& where) {
-  return get_opt<std::string>(d, key, where, "a str").value_or("");
-}
-
-nb::list get_list(nb::handle d, const char* key, const std::string& where) {
-  nb::handle v = get(d, key);
-  if (!v) return nb::list();
-  if (!nb::isinstance<nb::list>(v) && !nb::isinstance<nb::tuple>(v)) bad(where, key, "a list");
-  return nb::list(v);
-}
-
-void require_dict(nb::handle d, const std::string& what) {
-  if (!nb::isinstance<nb::dict>(d)) throw Error(what + " must be a dict");
-}
-
 std::vector<wd::PyThreadStack> stacks_from(nb::handle list, const std::string& where) {
   std::vector<wd::PyThreadStack> out;
   for (nb::handle t : nb::list(list)) {
     require_dict(t, where + " stack");
     wd::PyThreadStack s;
-    s.thread_id = get_str(t, "thread_id", where);
-    s.current = get_opt<bool>(t, "current", where, "a bool").value_or(false);
-    s.no_python_frame = get_opt<bool>(t, "no_python_frame", where, "a bool").value_or(false);
-    s.elided = get_opt<bool>(t, "elided", where, "a bool").value_or(false);
-    s.truncated = get_opt<bool>(t, "truncated", where, "a bool").value_or(false);
-    for (nb::handle f : get_list(t, "frames", where)) {
+    s.thread_id = read_str(t, "thread_id", where);
+    s.current = read<bool>(t, "current", where).value_or(false);
+    s.no_python_frame = read<bool>(t, "no_python_frame", where).value_or(false);
+    s.elided = read<bool>(t, "elided", where).value_or(false);
+    s.truncated = read<bool>(t, "truncated", where).value_or(false);
+    for (nb::handle f : read_list(t, "frames", where)) {
       require_dict(f, where + " frame");
       wd::PyFrame fr;
-      fr.file = get_str(f, "file", where);
-      fr.line = get_opt<int>(f, "line", where, "an int");
-      fr.function = get_str(f, "function", where);
-      fr.code = get_str(f, "code", where);
+      fr.file = read_str(f, "file", where);
+      fr.line = read<int>(f, "line", where);
+      fr.function = read_str(f, "function", where);
+      fr.code = read_str(f, "code", where);
       s.frames.push_back(std::move(fr));
     }
     out.push_back(std::move(s));
@@ -196,27 +156,32 @@ std::vector<wd::PyThreadStack> stacks_from(nb::handle list, const std::string& w
   return out;
 }
 
+/// d["pid"], which must be there.
+int pid_of(nb::handle d, const std::string& where) {
+  auto pid = read<int>(d, "pid", where);
+  if (!pid) throw Error(where + " field 'pid' must be an integer");
+  return *pid;
+}
+
 wd::ProcessCapture capture_from(nb::handle d) {
   const std::string where = "hang snapshot process";
   require_dict(d, where);
   wd::ProcessCapture p;
-  auto pid = get_opt<int>(d, "pid", where, "an int");
-  if (!pid) bad(where, "pid", "an int");
-  p.pid = *pid;
-  p.loader = get_opt<int>(d, "loader", where, "an int").value_or(-1);
-  p.worker = get_opt<int>(d, "worker", where, "an int").value_or(-1);
-  p.state = get_str(d, "state", where);
-  p.wchan = get_str(d, "wchan", where);
-  p.syscall = get_str(d, "syscall", where);
-  p.cpu_ns_since_stall = get_opt<int64_t>(d, "cpu_ns_since_stall", where, "an int");
-  p.cpu_window_s = get_opt<double>(d, "cpu_window_s", where, "a float").value_or(0);
-  p.raw_stack = get_str(d, "raw_stack", where);
-  p.stack_note = get_str(d, "stack_note", where);
-  p.gone = get_opt<bool>(d, "gone", where, "a bool").value_or(false);
-  p.exit_code = get_opt<int>(d, "exit_code", where, "an int");
-  p.exit_signal = get_opt<int>(d, "exit_signal", where, "an int");
-  p.io_target = get_str(d, "io_target", where);
-  if (nb::handle s = get(d, "stacks"); s && nb::len(nb::list(s)) > 0) {
+  p.pid = pid_of(d, where);
+  p.loader = read<int>(d, "loader", where).value_or(-1);
+  p.worker = read<int>(d, "worker", where).value_or(-1);
+  p.state = read_str(d, "state", where);
+  p.wchan = read_str(d, "wchan", where);
+  p.syscall = read_str(d, "syscall", where);
+  p.cpu_ns_since_stall = read<int64_t>(d, "cpu_ns_since_stall", where);
+  p.cpu_window_s = read<double>(d, "cpu_window_s", where).value_or(0);
+  p.raw_stack = read_str(d, "raw_stack", where);
+  p.stack_note = read_str(d, "stack_note", where);
+  p.gone = read<bool>(d, "gone", where).value_or(false);
+  p.exit_code = read<int>(d, "exit_code", where);
+  p.exit_signal = read<int>(d, "exit_signal", where);
+  p.io_target = read_str(d, "io_target", where);
+  if (nb::list s = read_list(d, "stacks", where); nb::len(s) > 0) {
     p.stacks = stacks_from(s, where);
   } else if (!p.raw_stack.empty()) {
     p.stacks = wd::parse_faulthandler(p.raw_stack);
@@ -229,61 +194,60 @@ wd::HangSnapshot snapshot_from(nb::handle d) {
   const std::string where = "hang snapshot";
   require_dict(d, where);
   wd::HangSnapshot s;
-  s.t_ns = get_opt<int64_t>(d, "t_ns", where, "an int").value_or(0);
-  s.stalled_s = get_opt<double>(d, "stalled_s", where, "a float").value_or(0);
-  s.timeout_s = get_opt<double>(d, "timeout_s", where, "a float").value_or(0);
-  for (nb::handle p : get_list(d, "processes", where)) s.processes.push_back(capture_from(p));
+  s.t_ns = read<int64_t>(d, "t_ns", where).value_or(0);
+  s.stalled_s = read<double>(d, "stalled_s", where).value_or(0);
+  s.timeout_s = read<double>(d, "timeout_s", where).value_or(0);
+  for (nb::handle p : read_list(d, "processes", where)) s.processes.push_back(capture_from(p));
   return s;
+}
+
+/// d[key] as {worker: value}, each value read by `value`.
+template <typename F>
+void read_by_worker(nb::handle d, const char* key, const std::string& where, F value) {
+  nb::handle o = field(d, key);
+  if (!o.is_valid()) return;
+  if (!nb::isinstance<nb::dict>(o)) bad_field(where, key, "a dict {worker: ...}", o);
+  for (auto [k, v] : nb::borrow<nb::dict>(o)) {
+    auto w = as<int>(k, where, key);
+    if (!w) bad_field(where, key, "a dict {worker: ...}", o);
+    value(*w, v);
+  }
 }
 
 wd::HangContext context_from(nb::handle d) {
   const std::string where = "hang context";
   wd::HangContext c;
-  if (!d || d.is_none()) return c;
+  if (!d.is_valid() || d.is_none()) return c;
   require_dict(d, where);
-  for (nb::handle l : get_list(d, "loaders", where)) {
+  for (nb::handle l : read_list(d, "loaders", where)) {
     const std::string lw = "hang context loader";
     require_dict(l, lw);
     wd::LoaderContext x;
-    x.loader = get_opt<int>(l, "loader", lw, "an int").value_or(0);
-    x.num_workers = get_opt<int>(l, "num_workers", lw, "an int");
-    x.collate_fn = get_str(l, "collate_fn", lw);
-    x.worker_init_fn = get_str(l, "worker_init_fn", lw);
-    x.start_method = get_str(l, "start_method", lw);
-    x.main_threads_at_fork = get_opt<int>(l, "main_threads_at_fork", lw, "an int");
-    for (nb::handle n : get_list(l, "main_thread_names_at_fork", lw)) {
-      std::string name;
-      if (!nb::try_cast<std::string>(n, name)) bad(lw, "main_thread_names_at_fork", "a list of str");
-      x.main_thread_names_at_fork.push_back(std::move(name));
-    }
-    x.waiting_batch = get_opt<int64_t>(l, "waiting_batch", lw, "an int");
-    x.waiting_worker = get_opt<int>(l, "waiting_worker", lw, "an int");
-    if (nb::handle o = get(l, "outstanding")) {
-      if (!nb::isinstance<nb::dict>(o)) bad(lw, "outstanding", "a dict {worker: [batch, ...]}");
-      for (auto [k, v] : nb::borrow<nb::dict>(o)) {
-        int w = 0;
-        if (!nb::try_cast<int>(k, w)) bad(lw, "outstanding", "a dict {worker: [batch, ...]}");
-        std::vector<int64_t> idx;
-        for (nb::handle b : nb::list(v)) {
-          int64_t i = 0;
-          if (!nb::try_cast<int64_t>(b, i)) bad(lw, "outstanding", "a dict {worker: [batch, ...]}");
-          idx.push_back(i);
-        }
-        x.outstanding[w] = std::move(idx);
+    x.loader = read<int>(l, "loader", lw).value_or(0);
+    x.num_workers = read<int>(l, "num_workers", lw);
+    x.collate_fn = read_str(l, "collate_fn", lw);
+    x.worker_init_fn = read_str(l, "worker_init_fn", lw);
+    x.start_method = read_str(l, "start_method", lw);
+    x.main_threads_at_fork = read<int>(l, "main_threads_at_fork", lw);
+    for (nb::handle n : read_list(l, "main_thread_names_at_fork", lw))
+      x.main_thread_names_at_fork.push_back(
+          as<std::string>(n, lw, "main_thread_names_at_fork").value_or(""));
+    x.waiting_batch = read<int64_t>(l, "waiting_batch", lw);
+    x.waiting_worker = read<int>(l, "waiting_worker", lw);
+    read_by_worker(l, "outstanding", lw, [&](int w, nb::handle v) {
+      std::vector<int64_t>& idx = x.outstanding[w];
+      for (nb::handle b : nb::list(v)) {
+        auto i = as<int64_t>(b, lw, "outstanding");
+        if (!i) bad_field(lw, "outstanding", "a dict {worker: [batch, ...]}", b);
+        idx.push_back(*i);
       }
-    }
-    if (nb::handle o = get(l, "batches_returned")) {
-      if (!nb::isinstance<nb::dict>(o)) bad(lw, "batches_returned", "a dict {worker: count}");
-      for (auto [k, v] : nb::borrow<nb::dict>(o)) {
-        int w = 0;
-        int64_t n = 0;
-        if (!nb::try_cast<int>(k, w) || !nb::try_cast<int64_t>(v, n)) {
-          bad(lw, "batches_returned", "a dict {worker: count}");
-        }
-        x.batches_returned[w] = n;
-      }
-    }
-    x.timeout_s = get_opt<double>(l, "timeout_s", lw, "a float");
+    });
+    read_by_worker(l, "batches_returned", lw, [&](int w, nb::handle v) {
+      auto n = as<int64_t>(v, lw, "batches_returned");
+      if (!n) bad_field(lw, "batches_returned", "a dict {worker: count}", v);
+      x.batches_returned[w] = *n;
+    });
+    x.timeout_s = read<double>(l, "timeout_s", lw);
     c.loaders.push_back(std::move(x));
   }
   return c;
@@ -293,24 +257,22 @@ wd::WatchState state_from(nb::handle d) {
   const std::string where = "watchdog probe result";
   require_dict(d, where);
   wd::WatchState s;
-  s.loader_active = get_opt<bool>(d, "loader_active", where, "a bool").value_or(false);
-  s.waiting = get_opt<bool>(d, "waiting", where, "a bool").value_or(false);
-  s.last_batch_ns = get_opt<int64_t>(d, "last_batch_ns", where, "an int");
-  s.active_since_ns = get_opt<int64_t>(d, "active_since_ns", where, "an int");
-  for (nb::handle p : get_list(d, "processes", where)) {
+  s.loader_active = read<bool>(d, "loader_active", where).value_or(false);
+  s.waiting = read<bool>(d, "waiting", where).value_or(false);
+  s.last_batch_ns = read<int64_t>(d, "last_batch_ns", where);
+  s.active_since_ns = read<int64_t>(d, "active_since_ns", where);
+  for (nb::handle p : read_list(d, "processes", where)) {
     const std::string pw = "watchdog probe process";
     require_dict(p, pw);
     wd::WatchedProcess w;
-    auto pid = get_opt<int>(p, "pid", pw, "an int");
-    if (!pid) bad(pw, "pid", "an int");
-    w.pid = *pid;
-    w.loader = get_opt<int>(p, "loader", pw, "an int").value_or(-1);
-    w.worker = get_opt<int>(p, "worker", pw, "an int").value_or(-1);
-    w.exit_code = get_opt<int>(p, "exit_code", pw, "an int");
-    w.exit_signal = get_opt<int>(p, "exit_signal", pw, "an int");
+    w.pid = pid_of(p, pw);
+    w.loader = read<int>(p, "loader", pw).value_or(-1);
+    w.worker = read<int>(p, "worker", pw).value_or(-1);
+    w.exit_code = read<int>(p, "exit_code", pw);
+    w.exit_signal = read<int>(p, "exit_signal", pw);
     s.processes.push_back(w);
   }
-  s.context = context_from(get(d, "context"));
+  s.context = context_from(field(d, "context"));
   return s;
 }
 
@@ -363,7 +325,8 @@ class PyWatchdog {
         e.discard_as_unraisable("dldoctor watchdog on_hang");
       }
     };
-    dog_ = std::make_unique<wd::Watchdog>(o, std::move(call_probe), std::move(call_hang));
+    dog_ = std::make_unique<wd::Watchdog>(o, std::move(call_probe), analyze::classify_hang,
+                                          std::move(call_hang));
     if (timeout_s) dog_->set_timeout_override(*timeout_s);
     std::lock_guard lock(g_live_mu);
     g_live.insert(this);
@@ -425,9 +388,8 @@ int watchdog_clear(PyObject* self) {
   return 0;
 }
 
-PyType_Slot watchdog_slots[] = {{Py_tp_traverse, (void*)watchdog_traverse},
-                                {Py_tp_clear, (void*)watchdog_clear},
-                                {0, nullptr}};
+PyType_Slot watchdog_slots[] = {
+    {Py_tp_traverse, (void*)watchdog_traverse}, {Py_tp_clear, (void*)watchdog_clear}, {0, nullptr}};
 
 void stop_all_watchdogs() {
   std::vector<PyWatchdog*> live;
@@ -449,8 +411,7 @@ void register_watchdog(nb::module_& m) {
 
   m.def(
       "parse_faulthandler",
-      [](const std::string& text) { return threads_list(wd::parse_faulthandler(text)); },
-      "text"_a,
+      [](const std::string& text) { return threads_list(wd::parse_faulthandler(text)); }, "text"_a,
       "Parses faulthandler's all-threads output into [{thread_id, current, no_python_frame, "
       "elided, truncated, frames: [{file, line, function, code}]}], most recent call first.");
 
@@ -486,7 +447,8 @@ void register_watchdog(nb::module_& m) {
         }
         return out;
       },
-      "pids"_a, "run_dir"_a, "signal"_a = wd::default_stack_signal(), "wait_ms"_a = wd::kStackWaitMs,
+      "pids"_a, "run_dir"_a, "signal"_a = wd::default_stack_signal(),
+      "wait_ms"_a = wd::kStackWaitMs,
       "Sends `signal` to each pid that handles it and returns {pid: text appended to "
       "<run_dir>/stack-<pid>.txt} ('' when nothing came within wait_ms).");
   m.def(
@@ -504,7 +466,8 @@ void register_watchdog(nb::module_& m) {
         }
         return out;
       },
-      "pids"_a, "run_dir"_a, "signal"_a = wd::default_stack_signal(), "wait_ms"_a = wd::kStackWaitMs,
+      "pids"_a, "run_dir"_a, "signal"_a = wd::default_stack_signal(),
+      "wait_ms"_a = wd::kStackWaitMs,
       "As capture_stacks, with why a stack is missing: {pid: {text, note, gone}}.");
 
   m.def(
@@ -512,7 +475,7 @@ void register_watchdog(nb::module_& m) {
       [](nb::handle snapshot, nb::handle context) {
         wd::HangSnapshot s = snapshot_from(snapshot);
         wd::HangContext c = context_from(context);
-        return findings_list(wd::classify_hang(s, c));
+        return findings_list(analyze::classify_hang(s, c));
       },
       "snapshot"_a, "context"_a = nb::none(),
       "The hang rules over a dict-shaped HangSnapshot ({t_ns, stalled_s, timeout_s, processes: "
@@ -540,12 +503,15 @@ void register_watchdog(nb::module_& m) {
       .def("start", &PyWatchdog::start)
       .def("stop", &PyWatchdog::stop)
       .def_prop_ro("running", [](PyWatchdog& w) { return w.dog().running(); })
-      .def("note_batch", [](PyWatchdog& w, int64_t t_ns) { w.dog().note_batch(t_ns); }, "t_ns"_a)
-      .def("note_inter_batch_ns",
-           [](PyWatchdog& w, int64_t ns) { w.dog().note_inter_batch_ns(ns); }, "ns"_a)
-      .def("set_timeout_override",
-           [](PyWatchdog& w, std::optional<double> s) { w.dog().set_timeout_override(s); },
-           "seconds"_a.none())
+      .def(
+          "note_batch", [](PyWatchdog& w, int64_t t_ns) { w.dog().note_batch(t_ns); }, "t_ns"_a)
+      .def(
+          "note_inter_batch_ns", [](PyWatchdog& w, int64_t ns) { w.dog().note_inter_batch_ns(ns); },
+          "ns"_a)
+      .def(
+          "set_timeout_override",
+          [](PyWatchdog& w, std::optional<double> s) { w.dog().set_timeout_override(s); },
+          "seconds"_a.none())
       .def_prop_ro("timeout_s", [](PyWatchdog& w) { return w.dog().timeout_s(); })
       .def_prop_ro("p99_inter_batch_ns",
                    [](PyWatchdog& w) { return opt(w.dog().p99_inter_batch_ns()); })

@@ -2,7 +2,8 @@
 UNKNOWN), each with the measured number and, where not OK, the concrete fix.
 
 Pure functions of the facts dict (`_facts.collect`), so `dldoctor run` can reuse them and
-tests can feed facts read with a source missing. Thresholds are named, with the reason.
+tests can feed facts read with a source missing. Thresholds are named, with the reason; those
+the analyzer's rules use as well are the C++ core's own (`_ext`), as is the /dev/shm fix.
 """
 
 from __future__ import annotations
@@ -11,33 +12,33 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
+from .. import _ext
+
 OK, WARN, FAIL, UNKNOWN = "ok", "warn", "fail", "unknown"
 
-# Each rank's main process needs a core of its own: it unpickles every batch from the workers'
-# queue, runs the pin-memory thread and drives the model. A worker on that core slows each step.
-MAIN_PROCESS_CORES = 1
-# torch's DataLoader default: each worker keeps this many batches in flight.
-DEFAULT_PREFETCH_FACTOR = 2
+# Shared with the analyzer's rules, defined once in C++ (the reason beside each there):
+# the cores each rank's main process keeps (it unpickles every batch and drives the model),
+MAIN_PROCESS_CORES = _ext.MAIN_PROCESS_CORES
+# torch's DataLoader default (each worker keeps this many batches in flight),
+DEFAULT_PREFETCH_FACTOR = _ext.DEFAULT_PREFETCH_FACTOR
+# /dev/shm holds this many times the batches in flight (batch sizes vary, the batch in
+# training, NCCL's own segments),
+SHM_MARGIN = _ext.SHM_MARGIN
+# below this share of memory available the kernel reclaims the dataset's page cache,
+RAM_LOW_FRACTION = _ext.RAM_LOW_FRACTION
+# the open-file limit a loader passing many tensors per batch needs (64 x 3 x 4 x 2 = 1536
+# fds under the file_descriptor strategy, beside the dataset's own files),
+NOFILE_WARN_BELOW = _ext.NOFILE_WARN_BELOW
+# and a dataset under this share of RAM stays in the page cache after the first epoch.
+CACHE_FIT_FRACTION = _ext.CACHE_FIT_FRACTION
 # The batch assumed when --batch-bytes is not given: 64 RGB images of 224x224 as float32, the
 # common ImageNet recipe (36.75 MiB).
 DEFAULT_BATCH_BYTES = 64 * 3 * 224 * 224 * 4
-# /dev/shm should hold twice the batches in flight: batch sizes vary (variable-length samples),
-# the main process keeps the batch it is training on while the next ones arrive, and NCCL and
-# other processes on the node put their own segments there.
-SHM_MARGIN = 2.0
-# Below a tenth of memory available, the kernel reclaims the page cache the dataset reads rely
-# on, and pinned (unswappable) batches can push the job into the OOM killer.
-RAM_LOW_FRACTION = 0.10
 # A cgroup at 90% of its limit is one worker's copy-on-write growth away from the OOM killer,
 # which kills a worker ("DataLoader worker ... is killed by signal: Killed").
 CGROUP_MEMORY_HIGH_FRACTION = 0.90
 # A few hundred MiB swapped out is enough for a step to stall seconds while pages fault back.
 SWAP_IN_USE_WARN_BYTES = 256 << 20
-# torch's file_descriptor strategy keeps one fd per shared tensor storage in flight; a loader
-# returning uncollated per-sample tensors (detection, variable-size lists) holds
-# batch x tensors x workers x prefetch fds: 64 x 3 x 4 x 2 = 1536, beside the dataset's own
-# files. 8192 leaves room for that; the common default of 1024 does not.
-NOFILE_WARN_BELOW = 8192
 # More than half the fd limit already open leaves little for the batches in flight.
 OPEN_FDS_WARN_FRACTION = 0.5
 # PSI "some" avg10: the share of the last 10 s in which a task waited for the resource. Above
@@ -50,8 +51,6 @@ GPU_FREE_WARN_FRACTION = 0.10
 STORAGE_SLOW_MB_S = 100.0
 # No spinning disk reads faster than this sequentially: a faster "rotational" disk is virtual.
 ROTATIONAL_MAX_MB_S = 300.0
-# A dataset under half of RAM stays in the page cache after the first epoch.
-CACHE_FIT_FRACTION = 0.5
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -116,10 +115,6 @@ def human_bytes(n: float | None) -> str:
         if abs(n) >= size:
             return f"{n / size:.1f} {unit}"
     return f"{int(n)} B"
-
-
-def _gib_ceil(n: float) -> int:
-    return max(1, math.ceil(n / GIB))
 
 
 def workers_per_rank(usable: float, ranks: int) -> int:
@@ -210,45 +205,9 @@ def check_workers(facts: dict, a: Assumptions) -> Check:
 
 
 def _shm_fix(facts: dict, in_flight: int) -> str:
-    size_g = _gib_ceil(in_flight * SHM_MARGIN)
-    kind = _get(facts, "container", "kind") or ""
-    docker = (
-        f"Docker: docker run --shm-size={size_g}g ... (or --ipc=host to share the host's "
-        "/dev/shm); docker compose: shm_size: "
-        f"'{size_g}gb'"
-    )
-    k8s = (
-        "Kubernetes: mount a memory-backed emptyDir at /dev/shm (its size counts against the "
-        "pod's memory limit):\n"
-        "  spec:\n"
-        "    volumes:\n"
-        "      - name: dshm\n"
-        "        emptyDir:\n"
-        "          medium: Memory\n"
-        f"          sizeLimit: {size_g}Gi\n"
-        "    containers:\n"
-        "      - name: trainer\n"
-        "        volumeMounts:\n"
-        "          - name: dshm\n"
-        "            mountPath: /dev/shm"
-    )
-    bare = (
-        f"bare metal: sudo mount -o remount,size={size_g}G /dev/shm (lasts until reboot; to "
-        f"keep it, set size={size_g}G on the /dev/shm line of /etc/fstab)"
-    )
-    lead = (
-        f"make /dev/shm at least {size_g} GiB ({SHM_MARGIN:g}x the {human_bytes(in_flight)} "
-        "in flight, rounded up to whole GiB)"
-    )
-    order = {
-        "kubernetes": [k8s, docker, bare],
-        "docker": [docker, k8s, bare],
-        "podman": [docker.replace("docker run", "podman run"), k8s, bare],
-    }.get(kind, [bare, docker, k8s])
-    fewer = (
-        "or keep fewer batches in flight: lower num_workers or prefetch_factor, or a smaller batch"
-    )
-    return lead + ".\n" + "\n".join(order) + "\n" + fewer
+    """The analyzer's own fix for /dev/shm (shm_exhausted words it the same way): the size in
+    whole GiB, the commands for the machine's kind first, then fewer batches in flight."""
+    return _ext.shm_fix(_get(facts, "container", "kind") or "", in_flight)
 
 
 def check_shm(facts: dict, a: Assumptions) -> Check:

@@ -1,6 +1,5 @@
 """The watcher's side of the failure rules: side-log records in, failure notes out to the C++
-analyzer (`Monitor.note_failure`), and the fixes the rules name finished in the words
-`dldoctor check` already uses.
+analyzer (`Monitor.note_failure`). The rules decide and word the findings themselves.
 
 Records used: iter_start (fd limit, sharing strategy, pin_memory, the memory cgroup's OOM-kill
 counter as a baseline), worker_died (the counters at the death, so their rise says whether the
@@ -22,9 +21,6 @@ CGROUP_EVERY_NS = 1_000_000_000  # how often the job's memory cgroup is read whi
 RISKS_EVERY_NS = 1_000_000_000
 # Warnings that announce a failure (the job will crash or hang), said as soon as they appear.
 RISK_IDS = ("shm_exhausted", "fd_limit", "cuda_oom_risk", "pinned_memory_pressure", "ram_pressure")
-# The watcher adds this to the hang doctor's critical scores; a batch lost by a worker (no
-# room in /dev/shm, no descriptor) is the cause of that hang, so it goes above them.
-HANG_SCORE = 1e9
 _CUDA_FIELDS = (
     "loader",
     "device",
@@ -191,47 +187,3 @@ class FailureNotes:
                     self._announced.add(f["id"])
                     out.append(f)
         return out
-
-    # -- the report --------------------------------------------------------------------------
-    def finish_findings(self, findings: list[dict], facts: dict) -> list[dict]:
-        """The fixes in the words `dldoctor check` uses (/dev/shm sizes for Docker, Kubernetes
-        and bare metal, the machine's own kind first); a lost batch ahead of the hang it
-        caused."""
-        hang = any(float(f.get("score") or 0) >= HANG_SCORE for f in findings)
-        for f in findings:
-            if f.get("id") == "shm_exhausted":
-                try:
-                    f["fix"] = _shm_fix(f, facts)
-                except Exception:
-                    pass  # the analyzer's own wording stays
-            lost = (f.get("evidence") or {}).get("batches_lost")
-            if hang and lost and f.get("severity") == "critical":
-                f["score"] = 2 * HANG_SCORE + float(f.get("score") or 0)
-                f["why"] = (f.get("why") or "") + (
-                    " The hang is its consequence: the main process waits for a batch that no"
-                    " worker will send."
-                )
-        return findings
-
-
-def _shm_fix(f: dict, facts: dict) -> str:
-    from ..preflight import checks as _preflight
-
-    ev = f.get("evidence") or {}
-    need = ev.get("shm_size_needed_bytes")
-    in_flight = ev.get("in_flight_bytes")
-    if not isinstance(need, (int, float)) or need <= 0:
-        return f["fix"]
-    # _shm_fix sizes /dev/shm at SHM_MARGIN x what it is given.
-    base = (
-        in_flight
-        if isinstance(in_flight, (int, float)) and in_flight * _preflight.SHM_MARGIN >= need
-        else need / _preflight.SHM_MARGIN
-    )
-    lines = _preflight._shm_fix(facts, int(base)).split("\n")
-    fits = ev.get("fits_today")
-    free = ev.get("shm_free_bytes")
-    if isinstance(fits, str) and fits and lines and lines[-1].startswith("or keep fewer"):
-        today = f" (/dev/shm has {_preflight.human_bytes(free)} free now)" if free else ""
-        lines[-1] = f"or keep fewer batches in flight: {fits} fits today's size{today}"
-    return "\n".join(lines)

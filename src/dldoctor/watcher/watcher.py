@@ -73,14 +73,13 @@ class Watcher:
         return env
 
     def collect_facts(self) -> dict:
-        from .. import _ext
-
+        """The machine's facts, read in C++ and handed to the analysis there; the dict is
+        what the report's `system` section shows."""
         try:
-            self.facts = _ext.collect_facts()
+            self.facts = self.monitor.collect_facts()
         except Exception as e:  # facts are best effort: the analysis degrades, the job runs
             self.facts = {}
             self.notes_extra = [f"machine facts could not be read: {e}"]
-        self.monitor.set_facts(self.facts)
         return self.facts
 
     def start(self, root_pid: int) -> None:
@@ -115,9 +114,9 @@ class Watcher:
                 self.monitor.note_slow_batch(int(rec["loader"]), rec)
 
     def streaming_verdict(self) -> tuple[str, dict | None]:
-        findings = _report.sort_findings(self.monitor.findings(False))
-        verdict = _report.verdict_of(findings)
-        top = findings[0] if findings and verdict != "healthy" else None
+        decided = self.monitor.decide(False)
+        verdict, findings = decided["verdict"], decided["findings"]
+        top = findings[0] if findings and verdict not in ("healthy", "unknown") else None
         return verdict, top
 
     def newly_named(self) -> dict | None:
@@ -160,20 +159,13 @@ class Watcher:
         return self._build(command, exit_code)
 
     def _build(self, command, exit_code) -> _report.Report:
-        findings = list(self.monitor.findings(True))
+        # Decided in C++: the order, the verdict, and the hang's diagnosis merged in.
+        decided = self.monitor.decide(True)
         hang = self.monitor.last_hang()
-        if hang is not None:
-            # A hang's diagnosis leads: nothing else matters while no batch comes.
-            hang_ids = {f["id"] for f in hang["findings"]}
-            findings = [f for f in findings if f["id"] not in hang_ids] + list(hang["findings"])
-            for f in hang["findings"]:
-                if f.get("severity") == "critical":
-                    f["score"] = 1e9 + float(f.get("score") or 0)
-        findings = _report.sort_findings(self.failures.finish_findings(findings, self.facts))
         loaders = self.monitor.loaders()
         report = _report.Report(
-            verdict=_report.verdict_of(findings),
-            findings=findings,
+            verdict=decided["verdict"],
+            findings=decided["findings"],
             system=_report.system_section(self.facts),
             loaders=loaders,
             command=list(command) if command is not None else None,
@@ -182,8 +174,7 @@ class Watcher:
         )
         report.series = series_section(self.monitor.series())
         report.notes.extend(getattr(self, "notes_extra", []))
-        if not loaders and hang is None:
-            report.verdict = "unknown"
+        if decided["verdict"] == "unknown":
             report.notes.append("no DataLoader was seen in this job: nothing to diagnose")
         dropped = self.monitor.dropped
         if dropped:

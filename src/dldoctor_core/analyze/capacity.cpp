@@ -4,10 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <string_view>
-
-#include "dldoctor_core/analyze/rules.hpp"
 
 namespace dldoctor::analyze {
 
@@ -30,6 +27,19 @@ std::optional<Shortfall> shortfall(const LoaderView& l) noexcept {
   return Shortfall{*cap, busy_fraction(l)};
 }
 
+std::vector<CpuBoundFetch> cpu_bound_fetches(const JobView& job, bool oversubscribed) {
+  std::vector<CpuBoundFetch> out;
+  for (const LoaderView& l : job.loaders) {
+    auto s = shortfall(l);
+    if (!s || (s->busy && *s->busy < kCpuBoundFraction)) continue;  // io_bound's
+    out.push_back({fetch_figures(job, l, *s), l.collate_share, l.config.custom_collate(),
+                   l.hot_functions, oversubscribed,
+                   workers_for(s->capacity.demand_bps, s->capacity.fetch_s),
+                   cpu_worker_ceiling(job, l)});
+  }
+  return out;
+}
+
 std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) noexcept {
   auto spare = spare_cores(job);
   if (!spare || *spare < 1) return std::nullopt;
@@ -37,35 +47,54 @@ std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) n
   return l.config.num_workers + int(*spare);
 }
 
-std::string no_cpu_for_more_workers(const JobView& job) {
-  auto usable = job.usable_cpus();
-  int total = 0;
-  for (const LoaderView& l : job.loaders) total += std::max(0, l.config.num_workers);
-  if (!usable) return "More workers would not help (no CPU is spare for them): ";
-  return "The " + num(*usable) + " usable CPU" + (*usable == 1 ? "" : "s") + " already run " +
-         count_of(total, "worker") + " and the main process, so more workers would not help: ";
+FetchFigures fetch_figures(const JobView& job, const LoaderView& l, const Shortfall& s) {
+  int configured = 0;
+  for (const LoaderView& o : job.loaders) configured += std::max(0, o.config.num_workers);
+  return {.loader = l.loader,
+          .data_stall_fraction = l.data_stall_fraction.value_or(0),
+          .num_workers = l.config.num_workers,
+          .shortfall = s,
+          .getitem_p50_ms = l.getitem_p50_ms,
+          .getitem_p99_ms = l.getitem_p99_ms,
+          .collate_p50_ms = l.collate_p50_ms,
+          .fetch_p50_ms = l.fetch_p50_ms,
+          .samples_per_batch = l.samples_per_batch,
+          .consumer_batches_per_s = l.batches_per_s,
+          .on_cpu_fraction = l.on_cpu_fraction,
+          .worker_cpu_pct = l.fetchers.cpu_pct,
+          .run_queue_delay_pct = l.fetchers.runq_delay_pct,
+          .usable_cpus = job.usable_cpus(),
+          .total_workers = job.total_workers,
+          .configured_workers = configured};
 }
 
-void add_fetch_evidence(report::Finding& f, const JobView& job, const LoaderView& l,
-                        const Shortfall& s) {
-  f.add("data_stall_fraction", l.data_stall_fraction.value_or(0));
-  f.add("num_workers", double(l.config.num_workers));
-  if (l.getitem_p50_ms) f.add("getitem_p50_ms", *l.getitem_p50_ms);
-  if (l.getitem_p99_ms) f.add("getitem_p99_ms", *l.getitem_p99_ms);
-  if (l.collate_p50_ms) f.add("collate_p50_ms", *l.collate_p50_ms);
-  if (l.fetch_p50_ms) f.add("fetch_p50_ms", *l.fetch_p50_ms);
-  if (l.samples_per_batch) f.add("samples_per_batch", *l.samples_per_batch);
+std::string no_cpu_for_more_workers(const FetchFigures& x) {
+  if (!x.usable_cpus) return "More workers would not help (no CPU is spare for them): ";
+  return "The " + num(*x.usable_cpus) + " usable CPU" + (*x.usable_cpus == 1 ? "" : "s") +
+         " already run " + count_of(x.configured_workers, "worker") +
+         " and the main process, so more workers would not help: ";
+}
+
+void add_fetch_evidence(report::Finding& f, const FetchFigures& x) {
+  const Shortfall& s = x.shortfall;
+  f.add("data_stall_fraction", x.data_stall_fraction);
+  f.add("num_workers", double(x.num_workers));
+  if (x.getitem_p50_ms) f.add("getitem_p50_ms", *x.getitem_p50_ms);
+  if (x.getitem_p99_ms) f.add("getitem_p99_ms", *x.getitem_p99_ms);
+  if (x.collate_p50_ms) f.add("collate_p50_ms", *x.collate_p50_ms);
+  if (x.fetch_p50_ms) f.add("fetch_p50_ms", *x.fetch_p50_ms);
+  if (x.samples_per_batch) f.add("samples_per_batch", *x.samples_per_batch);
   f.add("worker_capacity_batches_per_s", s.capacity.capacity_bps);
   f.add("consumer_demand_batches_per_s", s.capacity.demand_bps);
-  if (l.batches_per_s) f.add("consumer_batches_per_s", *l.batches_per_s);
+  if (x.consumer_batches_per_s) f.add("consumer_batches_per_s", *x.consumer_batches_per_s);
   if (s.busy)
-    f.add("worker_on_cpu_fraction", l.on_cpu_fraction.value_or(*s.busy));
+    f.add("worker_on_cpu_fraction", x.on_cpu_fraction.value_or(*s.busy));
   else
     f.add("worker_on_cpu_fraction", std::string("unknown"));
-  if (l.fetchers.cpu_pct) f.add("worker_cpu_pct", *l.fetchers.cpu_pct);
-  if (l.fetchers.runq_delay_pct) f.add("run_queue_delay_pct", *l.fetchers.runq_delay_pct);
-  if (auto u = job.usable_cpus()) f.add("usable_cpus", *u);
-  if (job.total_workers) f.add("total_workers", double(*job.total_workers));
+  if (x.worker_cpu_pct) f.add("worker_cpu_pct", *x.worker_cpu_pct);
+  if (x.run_queue_delay_pct) f.add("run_queue_delay_pct", *x.run_queue_delay_pct);
+  if (x.usable_cpus) f.add("usable_cpus", *x.usable_cpus);
+  if (x.total_workers) f.add("total_workers", double(*x.total_workers));
 }
 
 std::optional<double> busy_fraction(const LoaderView& l) noexcept {
@@ -84,7 +113,7 @@ std::optional<double> busy_fraction(const LoaderView& l) noexcept {
 std::optional<double> spare_cores(const JobView& job) noexcept {
   auto usable = job.usable_cpus();
   if (!usable) return std::nullopt;
-  return std::floor(*usable) - job.total_workers.value_or(0) - 1;
+  return std::floor(*usable) - job.total_workers.value_or(0) - kMainProcessCores;
 }
 
 std::optional<bool> cpu_contended(const JobView& job, const LoaderView& l) noexcept {
@@ -99,24 +128,6 @@ int workers_for(double demand_bps, double fetch_s) noexcept {
   return int(std::clamp(n, 1.0, 1e6));
 }
 
-std::string num(double v) {
-  char buf[32];
-  double a = std::fabs(v);
-  if (a >= 100 || v == std::floor(v))
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-  else if (a >= 10)
-    std::snprintf(buf, sizeof buf, "%.1f", v);
-  else
-    std::snprintf(buf, sizeof buf, "%.2g", v);
-  std::string out = buf;
-  if (out.size() > 2 && out.compare(out.size() - 2, 2, ".0") == 0) out.resize(out.size() - 2);
-  return out;
-}
-
-std::string count_of(double n, const std::string& noun) {
-  return num(n) + " " + noun + (n == 1 ? "" : "s");
-}
-
 std::string hot_functions_text(const std::vector<HotFunction>& hot, size_t n) {
   std::string out;
   for (size_t i = 0; i < hot.size() && i < n; ++i) {
@@ -125,8 +136,12 @@ std::string hot_functions_text(const std::vector<HotFunction>& hot, size_t n) {
     out.append(h.name);
     if (!h.location.empty()) out.append(" (").append(h.location).append(")");
     if (h.calls > 0)
-      out.append(" ").append(num(h.cumulative_ms / double(h.calls))).append(" ms/call, ")
-          .append(num(h.cumulative_ms)).append(" ms in ").append(std::to_string(h.calls))
+      out.append(" ")
+          .append(num(h.cumulative_ms / double(h.calls)))
+          .append(" ms/call, ")
+          .append(num(h.cumulative_ms))
+          .append(" ms in ")
+          .append(std::to_string(h.calls))
           .append(" calls");
     else
       out.append(" ").append(num(h.cumulative_ms)).append(" ms");
@@ -143,9 +158,9 @@ bool has(const std::string& lower, std::initializer_list<const char*> words) {
 }  // namespace
 
 const HotFunction* hottest_step(const std::vector<HotFunction>& hot) noexcept {
-  static constexpr const char* kWrappers[] = {"__getitem__", "__getitems__", "__call__",
-                                              "fetch", "_call_impl", "forward", "<lambda>",
-                                              "<listcomp>", "<genexpr>", "wrapper", "<module>"};
+  static constexpr const char* kWrappers[] = {
+      "__getitem__", "__getitems__", "__call__",  "fetch",   "_call_impl", "forward",
+      "<lambda>",    "<listcomp>",   "<genexpr>", "wrapper", "<module>"};
   double total = 0;
   for (const HotFunction& h : hot) total = std::max(total, h.cumulative_ms);
   if (total <= 0) return nullptr;
@@ -177,7 +192,7 @@ std::string hot_step_advice(const std::string& name) {
            "Image.draft('RGB', size), or decode with torchvision.io.decode_jpeg (nvJPEG on "
            "the GPU)";
   if (has(s, {"augment", "transform", "rotate", "affine", "crop", "flip", "blur", "color",
-               "normalize", "jitter"}))
+              "normalize", "jitter"}))
     return "apply this augmentation on the GPU to the whole batch (torchvision.transforms.v2 "
            "on CUDA tensors), or precompute its deterministic part offline; Pillow-SIMD speeds "
            "up PIL-based transforms";

@@ -3,10 +3,13 @@
 // loaders between them on the same figures.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "dldoctor_core/analyze/data_bound.hpp"
+#include "dldoctor_core/analyze/text.hpp"
 #include "dldoctor_core/analyze/view.hpp"
 #include "dldoctor_core/report/finding.hpp"
 
@@ -37,14 +40,19 @@ inline constexpr double kCollateShare = 0.5;
 /// uncontended machine stays in the low single digits.
 inline constexpr double kFreeCpuRunQueuePct = 10.0;
 
+/// Cores each main process keeps for itself when workers are counted against the CPUs: it
+/// unpickles every batch from the workers' queue, runs the pin-memory thread and drives the
+/// model, and a worker on its core slows every step (the same count `dldoctor check` keeps).
+inline constexpr int kMainProcessCores = 1;
+
 /// The workers' throughput against what the consumer asks for.
 struct FetchCapacity {
-  double fetch_s = 0;        ///< mean fetch time of one batch (getitem + collate)
-  int fetch_processes = 1;   ///< workers (1: the main process, num_workers=0)
-  double capacity_bps = 0;   ///< batches/s the workers can supply
-  double demand_bps = 0;     ///< batches/s the consumer would take if never blocked (its
-                             ///< pace over the batches it waited for)
-  bool serial = false;       ///< num_workers=0: fetch and step never overlap
+  double fetch_s = 0;       ///< mean fetch time of one batch (getitem + collate)
+  int fetch_processes = 1;  ///< workers (1: the main process, num_workers=0)
+  double capacity_bps = 0;  ///< batches/s the workers can supply
+  double demand_bps = 0;    ///< batches/s the consumer would take if never blocked (its
+                            ///< pace over the batches it waited for)
+  bool serial = false;      ///< num_workers=0: fetch and step never overlap
   /// The workers cannot keep up (serial loading never overlaps, so it always counts).
   bool short_of_demand() const noexcept {
     return serial || capacity_bps < demand_bps * kCapacityMargin;
@@ -60,6 +68,52 @@ struct Shortfall {
 /// Empty unless the loader stalls and its workers are short of the consumer's demand.
 std::optional<Shortfall> shortfall(const LoaderView& l) noexcept;
 
+/// The figures every fetch finding shows (stall, per-sample and per-batch times, capacity
+/// against demand, on-CPU share, CPUs and workers), read from the view at detection.
+struct FetchFigures {
+  int loader = 0;
+  double data_stall_fraction = 0;
+  int num_workers = 0;
+  Shortfall shortfall;
+  std::optional<double> getitem_p50_ms, getitem_p99_ms, collate_p50_ms, fetch_p50_ms;
+  std::optional<double> samples_per_batch;
+  std::optional<double> consumer_batches_per_s;
+  std::optional<double> on_cpu_fraction;      ///< from the events
+  std::optional<double> worker_cpu_pct;       ///< sampler, the fetching processes
+  std::optional<double> run_queue_delay_pct;  ///< sampler, the fetching processes
+  std::optional<double> usable_cpus;
+  std::optional<int> total_workers;
+  int configured_workers = 0;  ///< num_workers of every loader of the job, summed
+};
+FetchFigures fetch_figures(const JobView& job, const LoaderView& l, const Shortfall& s);
+
+/// A stalled loader whose workers compute most of each fetch (or whose CPU time was not
+/// measured) and cannot keep up: slow_getitem's or slow_collate's, split by the collate share.
+struct CpuBoundFetch {
+  FetchFigures figures;
+  std::optional<double> collate_share;     ///< collate time / fetch time
+  bool custom_collate = false;             ///< the loader's own collate_fn
+  std::vector<HotFunction> hot_functions;  ///< from sampled profiles, hottest first
+  bool oversubscribed = false;             ///< too_many_workers is proven: cut the work per sample
+  int needed_workers = 1;                  ///< workers_for() the loop's demand
+  std::optional<int> ceiling;              ///< cpu_worker_ceiling()
+  /// Proven oversubscription is the first thing to fix (too_many_workers), so the slow fetch
+  /// is then a partial cause; unmeasured CPU time lowers confidence the same way.
+  report::Severity severity() const noexcept {
+    return oversubscribed || !figures.shortfall.busy ? report::Severity::kWarning
+                                                     : report::Severity::kCritical;
+  }
+  /// The num_workers to prescribe: what the loop needs, capped at what the idle CPUs allow;
+  /// empty when no CPU is idle for another worker or the workers already oversubscribe.
+  std::optional<int> recommended_workers() const noexcept {
+    if (!ceiling || *ceiling <= figures.num_workers || oversubscribed) return std::nullopt;
+    return std::min(needed_workers, *ceiling);
+  }
+};
+/// The loaders that stall with workers short of demand and not mostly waiting (that is
+/// io_bound's); `oversubscribed`: too_many_workers is proven.
+std::vector<CpuBoundFetch> cpu_bound_fetches(const JobView& job, bool oversubscribed);
+
 /// The num_workers the idle CPUs allow this loader (its count plus the spare cores);
 /// empty when no CPU is spare, the CPUs are contended, or the usable count is unknown.
 std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) noexcept;
@@ -67,18 +121,16 @@ std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) n
 /// The start of a fix when no CPU is spare for another worker: why more workers would not
 /// help, in the job's own numbers ("The 2 usable CPUs already run 1 worker and the main
 /// process, so more workers would not help: ").
-std::string no_cpu_for_more_workers(const JobView& job);
+std::string no_cpu_for_more_workers(const FetchFigures& f);
 
-/// The figures every fetch finding shows: stall, per-sample and per-batch times,
-/// capacity against demand, on-CPU share, CPUs and workers.
-void add_fetch_evidence(report::Finding& f, const JobView& job, const LoaderView& l,
-                        const Shortfall& s);
+/// Adds the figures every fetch finding shows, in their order.
+void add_fetch_evidence(report::Finding& f, const FetchFigures& x);
 
 /// Share of the fetch the fetching process wants a CPU: on-CPU (thread CPU time / fetch
 /// time, from the events; else the sampler's CPU %) plus the run-queue delay when known.
 std::optional<double> busy_fraction(const LoaderView& l) noexcept;
 
-/// Cores nobody uses: usable − all workers − 1 (the main process); empty when unknown.
+/// Cores nobody uses: usable − all workers − the main process; empty when unknown.
 std::optional<double> spare_cores(const JobView& job) noexcept;
 
 /// Whether the workers' CPUs are contended (run-queue delay ≥ kFreeCpuRunQueuePct);
@@ -104,11 +156,5 @@ const HotFunction* hottest_step(const std::vector<HotFunction>& hot) noexcept;
 
 /// How to make one hot step of __getitem__ cheaper, by what its name says it does.
 std::string hot_step_advice(const std::string& name);
-
-/// "%.3g"-style number for plain sentences.
-std::string num(double v);
-
-/// "1 worker" / "3 workers": a count and a noun, plural when the count is not one.
-std::string count_of(double n, const std::string& noun);
 
 }  // namespace dldoctor::analyze

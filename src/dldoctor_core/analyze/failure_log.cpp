@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 
 namespace dldoctor::analyze {
 
@@ -15,9 +14,9 @@ bool contains(std::string_view hay, std::string_view needle) noexcept {
 }
 
 bool contains_nocase(std::string_view hay, std::string_view needle) noexcept {
-  auto it = std::search(hay.begin(), hay.end(), needle.begin(), needle.end(),
-                        [](char a, char b) { return std::tolower((unsigned char)a) ==
-                                                    std::tolower((unsigned char)b); });
+  auto it = std::search(hay.begin(), hay.end(), needle.begin(), needle.end(), [](char a, char b) {
+    return std::tolower((unsigned char)a) == std::tolower((unsigned char)b);
+  });
   return it != hay.end();
 }
 
@@ -45,8 +44,8 @@ ErrorKind classify_error(std::string_view type, std::string_view message) noexce
     return ErrorKind::kTooManyOpenFiles;
   // "No space left on device" alone could be a full disk under a checkpoint; it is /dev/shm
   // when the text names shared memory or torch's segment files (/torch_<pid>_...).
-  const bool no_space = contains(message, "No space left on device") ||
-                        contains(message, "Errno 28]");
+  const bool no_space =
+      contains(message, "No space left on device") || contains(message, "Errno 28]");
   const bool shm = contains_nocase(message, "shared memory") || contains(message, "(shm)") ||
                    contains(message, "/dev/shm") || contains(message, "</torch_") ||
                    contains(message, "/torch_");
@@ -60,10 +59,17 @@ ErrorKind classify_error(std::string_view type, std::string_view message) noexce
 std::string error_line(std::string_view message, ErrorKind kind) {
   std::vector<std::string_view> keys;
   switch (kind) {
-    case ErrorKind::kShmNoSpace: keys = {"No space left on device", "Errno 28]", "bus error", "Bus error"}; break;
-    case ErrorKind::kTooManyOpenFiles: keys = {"Too many open files", "ancdata", "Errno 24]"}; break;
-    case ErrorKind::kCudaOom: keys = {"out of memory"}; break;
-    case ErrorKind::kOther: break;
+    case ErrorKind::kShmNoSpace:
+      keys = {"No space left on device", "Errno 28]", "bus error", "Bus error"};
+      break;
+    case ErrorKind::kTooManyOpenFiles:
+      keys = {"Too many open files", "ancdata", "Errno 24]"};
+      break;
+    case ErrorKind::kCudaOom:
+      keys = {"out of memory"};
+      break;
+    case ErrorKind::kOther:
+      break;
   }
   std::string_view last;
   size_t pos = 0;
@@ -81,19 +87,6 @@ std::string error_line(std::string_view message, ErrorKind kind) {
     pos = nl + 1;
   }
   return std::string(last.substr(0, 300));
-}
-
-std::string bytes_text(double bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  double v = bytes;
-  while (u < 4 && (v >= 1024 || v <= -1024)) v /= 1024, ++u;
-  char buf[48];
-  if (u == 0 || v >= 100 || v <= -100 || v == double(int64_t(v)))
-    std::snprintf(buf, sizeof buf, "%.0f %s", v, kUnits[u]);
-  else
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
-  return buf;
 }
 
 const RuntimeNote* FailureView::job_runtime() const noexcept {
@@ -114,8 +107,10 @@ void FailureLog::on_death_event(const trace::Event& e) {
   d.loader = e.loader;
   d.worker = e.worker;
   d.pid = e.v[2] > 0 ? int(e.v[2]) : 0;
-  if (e.v[1] > 0) d.signal = int(e.v[1]);
-  else if (e.v[0] >= 0) d.exit_code = int(e.v[0]);
+  if (e.v[1] > 0)
+    d.signal = int(e.v[1]);
+  else if (e.v[0] >= 0)
+    d.exit_code = int(e.v[0]);
   d.t_ns = e.t_ns;
   add_death(std::move(d));
 }
@@ -171,8 +166,8 @@ void FailureLog::add_cuda(const CudaMemoryNote& c) {
     if (p.loader == c.loader && p.device == c.device && p.batch_size == *c.batch_size) {
       p.peak_bytes = std::max(p.peak_bytes, c.peak_bytes);
       if (c.allocated_bytes)
-        p.baseline_bytes = std::min(p.baseline_bytes.value_or(*c.allocated_bytes),
-                                    *c.allocated_bytes);
+        p.baseline_bytes =
+            std::min(p.baseline_bytes.value_or(*c.allocated_bytes), *c.allocated_bytes);
       keep(p.total_bytes, c.total_bytes);
       p.t_ns = std::max(p.t_ns, c.t_ns);
       return;

@@ -22,18 +22,18 @@ namespace dldoctor::analyze {
 /// A worker seen dead by the main process: from a kWorkerDied event, completed by its
 /// side-log record (the two are merged by pid, else by loader and worker id).
 struct WorkerDeath {
-  int loader = -1;                 ///< -1 unknown
-  int worker = -1;                 ///< worker id, -1 unknown
-  int pid = 0;                     ///< 0 unknown
-  std::optional<int> exit_code;    ///< set when it exited
-  std::optional<int> signal;       ///< set when a signal killed it
-  std::string message;             ///< torch's error text in the main process
-  std::string stderr_tail;         ///< its last Python-level writes to stderr
+  int loader = -1;               ///< -1 unknown
+  int worker = -1;               ///< worker id, -1 unknown
+  int pid = 0;                   ///< 0 unknown
+  std::optional<int> exit_code;  ///< set when it exited
+  std::optional<int> signal;     ///< set when a signal killed it
+  std::string message;           ///< torch's error text in the main process
+  std::string stderr_tail;       ///< its last Python-level writes to stderr
   /// OOM kills in the job's memory cgroup between its loader's start and the death (the
   /// counter's rise; empty when unreadable).
   std::optional<int64_t> cgroup_oom_kills;
-  std::optional<int64_t> machine_oom_kills;  ///< the same, machine-wide (/proc/vmstat)
-  std::optional<int64_t> cgroup_limit_bytes; ///< the job's memory cgroup at the death
+  std::optional<int64_t> machine_oom_kills;   ///< the same, machine-wide (/proc/vmstat)
+  std::optional<int64_t> cgroup_limit_bytes;  ///< the job's memory cgroup at the death
   std::optional<int64_t> cgroup_usage_bytes;
   std::optional<int64_t> cgroup_peak_bytes;  ///< highest usage the cgroup recorded
   std::optional<int64_t> rss_peak_bytes;     ///< the worker's, as the sampler saw it
@@ -66,8 +66,8 @@ struct ErrorNote {
 struct RuntimeNote {
   int loader = -1;
   int pid = 0;
-  std::string sharing_strategy;            ///< torch.multiprocessing's; "" unknown
-  std::optional<int64_t> nofile_soft;      ///< the job's RLIMIT_NOFILE; empty unknown
+  std::string sharing_strategy;        ///< torch.multiprocessing's; "" unknown
+  std::optional<int64_t> nofile_soft;  ///< the job's RLIMIT_NOFILE; empty unknown
   std::optional<int64_t> nofile_hard;
   bool nofile_unlimited = false;
   std::optional<bool> pin_memory_requested;  ///< the loader's pin_memory argument
@@ -87,8 +87,8 @@ struct CgroupMemoryNote {
 struct CudaMemoryNote {
   int loader = -1;
   int device = 0;
-  std::optional<int> batch_size;  ///< empty: the loader's configured batch size
-  int64_t peak_bytes = 0;         ///< torch.cuda.max_memory_allocated
+  std::optional<int> batch_size;           ///< empty: the loader's configured batch size
+  int64_t peak_bytes = 0;                  ///< torch.cuda.max_memory_allocated
   std::optional<int64_t> allocated_bytes;  ///< memory_allocated between steps (weights, state)
   std::optional<int64_t> reserved_bytes;
   std::optional<int64_t> total_bytes;
@@ -116,27 +116,24 @@ ErrorKind classify_error(std::string_view type, std::string_view message) noexce
 /// the whole worker traceback, of which this is the line that matters.
 std::string error_line(std::string_view message, ErrorKind kind);
 
-/// "24 MiB", "1.5 GiB", "512 B": a size in the binary units torch and df -h use.
-std::string bytes_text(double bytes);
-
 /// CUDA memory figures per device and batch size.
 struct CudaPeak {
   int loader = -1;
   int device = 0;
   int batch_size = 0;
-  int64_t peak_bytes = 0;                  ///< highest seen at this batch size
-  std::optional<int64_t> baseline_bytes;   ///< lowest allocated between steps
+  int64_t peak_bytes = 0;                 ///< highest seen at this batch size
+  std::optional<int64_t> baseline_bytes;  ///< lowest allocated between steps
   std::optional<int64_t> total_bytes;
   int64_t t_ns = 0;
 };
 
 /// What the failure rules see over one window.
 struct FailureView {
-  std::vector<WorkerDeath> deaths;    ///< oldest first
-  std::vector<ErrorNote> errors;      ///< oldest first
-  std::vector<RuntimeNote> runtime;   ///< the newest per loader
+  std::vector<WorkerDeath> deaths;                ///< oldest first
+  std::vector<ErrorNote> errors;                  ///< oldest first
+  std::vector<RuntimeNote> runtime;               ///< the newest per loader
   std::optional<CgroupMemoryNote> cgroup_memory;  ///< the least headroom seen in the window
-  std::vector<CudaPeak> cuda;         ///< per (loader, device, batch size)
+  std::vector<CudaPeak> cuda;                     ///< per (loader, device, batch size)
 
   /// The job's runtime facts from any loader (the newest); null when none was noted.
   const RuntimeNote* job_runtime() const noexcept;
@@ -164,10 +161,10 @@ class FailureLog {
 
   std::vector<WorkerDeath> deaths_;
   std::vector<ErrorNote> errors_;
-  std::map<int, RuntimeNote> runtime_;  // by loader
+  std::map<int, RuntimeNote> runtime_;    // by loader
   std::vector<CgroupMemoryNote> cgroup_;  // newest kMaxCgroup readings
   std::vector<CudaPeak> cuda_;
-  static constexpr size_t kMaxCgroup = 512;  ///< ~2 min at one reading a 0.25 s poll
+  static constexpr size_t kMaxCgroup = 512;          ///< ~2 min at one reading a 0.25 s poll
   std::optional<CgroupMemoryNote> cgroup_tightest_;  ///< whole run
 };
 

@@ -1,41 +1,82 @@
-// The data-bound question shared by every rule, and the order the rules run in.
+// The order the rules run in is the tie-break of equal findings: the most fundamental first
+// (the CPUs, then the fetch, then memory and failures).
 #include "dldoctor_core/analyze/rules.hpp"
 
+#include <optional>
+#include <set>
+
+#include "dldoctor_core/analyze/rules/collate_deadlock.hpp"
+#include "dldoctor_core/analyze/rules/cow_memory_growth.hpp"
+#include "dldoctor_core/analyze/rules/cuda_oom.hpp"
+#include "dldoctor_core/analyze/rules/cuda_oom_risk.hpp"
+#include "dldoctor_core/analyze/rules/fd_limit.hpp"
+#include "dldoctor_core/analyze/rules/io_bound.hpp"
+#include "dldoctor_core/analyze/rules/main_process_bound.hpp"
+#include "dldoctor_core/analyze/rules/pinned_memory_pressure.hpp"
+#include "dldoctor_core/analyze/rules/ram_pressure.hpp"
+#include "dldoctor_core/analyze/rules/shm_exhausted.hpp"
+#include "dldoctor_core/analyze/rules/slow_collate.hpp"
+#include "dldoctor_core/analyze/rules/slow_getitem.hpp"
+#include "dldoctor_core/analyze/rules/straggler_worker.hpp"
+#include "dldoctor_core/analyze/rules/thread_oversubscription.hpp"
+#include "dldoctor_core/analyze/rules/too_many_workers.hpp"
+#include "dldoctor_core/analyze/rules/worker_died.hpp"
+#include "dldoctor_core/analyze/rules/worker_hang.hpp"
+#include "dldoctor_core/analyze/rules/worker_startup_cost.hpp"
 #include "dldoctor_core/analyze/verdict.hpp"
 
 namespace dldoctor::analyze {
 
 namespace {
-bool judged(const LoaderView& l) noexcept {
-  return l.stepped_batches >= kMinSteadyBatches && l.data_stall_fraction &&
-         l.loop_s >= kMinJudgedLoopS;
+
+// Each rule detects (numbers -> its Evidence) and words (Evidence -> a finding); `finding` is
+// found by argument-dependent lookup in the rule's own namespace.
+template <class Evidence>
+void emit(std::vector<report::Finding>& out, const std::optional<Evidence>& e) {
+  if (e) out.push_back(finding(*e));
 }
+template <class Evidence>
+void emit(std::vector<report::Finding>& out, const std::vector<Evidence>& es) {
+  for (const Evidence& e : es) out.push_back(finding(e));
+}
+
 }  // namespace
-
-bool stalled(const LoaderView& l) noexcept {
-  return judged(l) && *l.data_stall_fraction >= kDataStallFraction;
-}
-
-bool keeps_up(const LoaderView& l) noexcept {
-  return judged(l) && *l.data_stall_fraction < kDataStallFraction;
-}
 
 std::vector<report::Finding> run_rules(const JobView& job) {
   std::vector<report::Finding> out;
-  rule_too_many_workers(job, out);
-  rule_slow_getitem(job, out);
-  rule_slow_collate(job, out);
-  rule_io_bound(job, out);
-  rule_main_process_bound(job, out);
-  rule_thread_oversubscription(job, out);
-  rule_cow_memory_growth(job, out);
-  rule_worker_startup_cost(job, out);
-  rule_straggler_worker(job, out);
-  rule_shm_exhausted(job, out);
-  rule_memory_pressure(job, out);
-  rule_fd_limit(job, out);
-  rule_worker_died(job, out);
-  rule_cuda_oom(job, out);
+  emit(out, too_many_workers::detect(job));
+  emit(out, slow_getitem::detect(job));
+  emit(out, slow_collate::detect(job));
+  emit(out, io_bound::detect(job));
+  emit(out, main_process_bound::detect(job));
+  emit(out, thread_oversubscription::detect(job));
+  emit(out, cow_memory_growth::detect(job));
+  emit(out, worker_startup_cost::detect(job));
+  emit(out, straggler_worker::detect(job));
+  emit(out, shm_exhausted::detect(job));
+  emit(out, pinned_memory_pressure::detect_unused(job));
+  emit(out, pinned_memory_pressure::detect(job));
+  emit(out, ram_pressure::detect(job));
+  // Equal failures keep this order: no room in /dev/shm, no GPU memory, no descriptor.
+  emit(out, cuda_oom::detect(job));
+  emit(out, cuda_oom_risk::detect(job));
+  emit(out, fd_limit::detect(job));
+  emit(out, worker_died::detect(job));
+  order_findings(out);
+  return out;
+}
+
+std::vector<report::Finding> classify_hang(const watchdog::HangSnapshot& snapshot,
+                                           const watchdog::HangContext& context) {
+  std::vector<report::Finding> out;
+  emit(out, collate_deadlock::detect(snapshot, context));
+  emit(out, worker_died::detect_at_hang(snapshot, context));
+  emit(out, worker_hang::detect(snapshot, context));
+  std::set<int> explained;
+  for (const report::Finding& f : out) explained.insert(f.loader);
+  if (out.empty()) emit(out, main_process_bound::detect_at_hang(snapshot, context));
+  // The main process waits inside a loader no finding explains: still a hang, say so.
+  emit(out, worker_hang::detect_unexplained(snapshot, context, std::move(explained)));
   order_findings(out);
   return out;
 }

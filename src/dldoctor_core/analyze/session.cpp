@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "dldoctor_core/analyze/data_bound.hpp"
 #include "dldoctor_core/analyze/rules.hpp"
 #include "dldoctor_core/analyze/verdict.hpp"
 
@@ -456,6 +457,11 @@ std::vector<LoaderSummary> Session::loaders() const {
 int64_t Session::latest_ns() const {
   std::lock_guard<std::mutex> lock(mu_);
   return latest_ns_;
+}
+
+bool Session::any_loader() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !loaders_.empty();
 }
 
 int64_t Session::events() const {

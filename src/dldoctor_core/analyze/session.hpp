@@ -111,6 +111,8 @@ class Session {
   int64_t latest_ns() const;
   /// Events ingested so far.
   int64_t events() const;
+  /// Whether any DataLoader was seen (an event of it).
+  bool any_loader() const;
 
  private:
   struct WorkerPid {

@@ -16,13 +16,17 @@
 
 namespace dldoctor::analyze {
 
+/// torch's default prefetch_factor with workers: each worker keeps this many batches in
+/// flight unless the loader says otherwise (also what `dldoctor check` assumes).
+inline constexpr int kDefaultPrefetchFactor = 2;
+
 /// A hot function from sampled profiles of the fetch (read by the Python side).
 struct HotFunction {
-  std::string name;              ///< e.g. "resize", "Dataset.__getitem__" (qualified name)
-  std::string location;          ///< "file.py:123" ("" unknown, e.g. a builtin)
-  double cumulative_ms = 0;      ///< time in it, callees included
-  std::optional<double> self_ms; ///< time in its own code
-  int64_t calls = 0;             ///< 0 unknown
+  std::string name;               ///< e.g. "resize", "Dataset.__getitem__" (qualified name)
+  std::string location;           ///< "file.py:123" ("" unknown, e.g. a builtin)
+  double cumulative_ms = 0;       ///< time in it, callees included
+  std::optional<double> self_ms;  ///< time in its own code
+  int64_t calls = 0;              ///< 0 unknown
 };
 
 /// One smaps_rollup read of a worker, with the samples it had fetched by then.
@@ -43,22 +47,22 @@ struct WorkerMemory {
 
 /// One top-level attribute of a dataset object (from the hooks, in the main process).
 struct DatasetAttr {
-  std::string name;            ///< e.g. "paths", "dataset.samples" (one level of wrapping)
-  std::string type;            ///< "list", "dict", "numpy.ndarray", ...
+  std::string name;  ///< e.g. "paths", "dataset.samples" (one level of wrapping)
+  std::string type;  ///< "list", "dict", "numpy.ndarray", ...
   std::optional<int64_t> elements;
-  std::optional<int64_t> bytes;   ///< estimated, elements included
-  std::string element_type;    ///< of a sampled element, "" unknown
-  bool python_objects = false; ///< a Python container of Python objects (list, dict, ...)
+  std::optional<int64_t> bytes;  ///< estimated, elements included
+  std::string element_type;      ///< of a sampled element, "" unknown
+  bool python_objects = false;   ///< a Python container of Python objects (list, dict, ...)
 };
 
 /// What the main process measured of a loader's dataset when its first iterator was made.
 struct DatasetNotes {
   std::string type;
   std::optional<int64_t> length;
-  std::vector<DatasetAttr> attrs;       ///< largest first
-  std::optional<int64_t> pickled_bytes; ///< what spawn/forkserver send to each worker
-  std::optional<double> pickle_ms;      ///< what measuring it took (one pickling)
-  bool pickle_complete = true;          ///< false: cut at the time budget (a lower bound)
+  std::vector<DatasetAttr> attrs;              ///< largest first
+  std::optional<int64_t> pickled_bytes;        ///< what spawn/forkserver send to each worker
+  std::optional<double> pickle_ms;             ///< what measuring it took (one pickling)
+  bool pickle_complete = true;                 ///< false: cut at the time budget (a lower bound)
   std::optional<int64_t> shared_tensor_bytes;  ///< tensors, sent through shared memory
 };
 
@@ -90,30 +94,30 @@ struct WorkerPools {
 struct LoaderView {
   uint16_t loader = 0;
   LoaderConfig config;
-  int64_t batches = 0;            ///< handed to the consumer in the window
-  int64_t stepped_batches = 0;    ///< of those, with a measured consumer step
-  double loop_s = 0;              ///< wait + step of the stepped batches
+  int64_t batches = 0;          ///< handed to the consumer in the window
+  int64_t stepped_batches = 0;  ///< of those, with a measured consumer step
+  double loop_s = 0;            ///< wait + step of the stepped batches
   /// wait / (wait + step) over stepped batches: the share of the loop spent waiting.
   std::optional<double> data_stall_fraction;
-  std::optional<double> wait_mean_s;     ///< per stepped batch
-  std::optional<double> step_mean_s;     ///< the consumer's own time per batch
+  std::optional<double> wait_mean_s;  ///< per stepped batch
+  std::optional<double> step_mean_s;  ///< the consumer's own time per batch
   /// The consumer's time per batch over the batches it waited for (kMinSteadyBatches of
   /// them at least), else step_mean_s: its pace while the loader lagged. A run with a fast
   /// phase and a slow one averages to a pace the workers could match, though they could
   /// not in the phase that stalled.
   std::optional<double> demand_step_s;
-  std::optional<double> batches_per_s;   ///< what the loop achieved
-  int64_t worker_batches = 0;            ///< fetched in the window
-  std::optional<double> fetch_mean_s;    ///< per batch, getitem + collate
+  std::optional<double> batches_per_s;  ///< what the loop achieved
+  int64_t worker_batches = 0;           ///< fetched in the window
+  std::optional<double> fetch_mean_s;   ///< per batch, getitem + collate
   std::optional<double> fetch_p50_ms;
-  std::optional<double> getitem_p50_ms;  ///< per sample
-  std::optional<double> getitem_p99_ms;  ///< per sample
-  std::optional<double> collate_p50_ms;  ///< per batch
-  std::optional<double> collate_share;   ///< collate time / fetch time
-  std::optional<double> on_cpu_fraction; ///< fetching thread's CPU time / fetch time (events)
+  std::optional<double> getitem_p50_ms;   ///< per sample
+  std::optional<double> getitem_p99_ms;   ///< per sample
+  std::optional<double> collate_p50_ms;   ///< per batch
+  std::optional<double> collate_share;    ///< collate time / fetch time
+  std::optional<double> on_cpu_fraction;  ///< fetching thread's CPU time / fetch time (events)
   std::optional<double> samples_per_batch;
   std::optional<double> batch_bytes_mean;
-  std::vector<int> worker_pids;          ///< worker processes alive in the window
+  std::vector<int> worker_pids;  ///< worker processes alive in the window
   /// Sampler figures of the processes that fetch: the workers, or the main process when
   /// num_workers=0.
   ProcAgg fetchers;
@@ -125,13 +129,13 @@ struct LoaderView {
   std::optional<double> wait_s;          ///< blocked time of the stepped batches, in all
   std::optional<double> head_of_line_s;  ///< of that, behind a straggler (MainSums::hol_ns)
   int64_t head_of_line_batches = 0;
-  std::vector<WorkerFetch> worker_fetch;            ///< per worker id
-  std::vector<WorkerBatchRecord> slowest_batches;   ///< slowest first (at most 16)
-  std::vector<SlowBatchNote> slow_notes;            ///< sample indices of slow batches
-  std::vector<EpochRecord> epochs;                  ///< iterators started in the window
-  std::vector<WorkerMemory> worker_memory;          ///< workers alive in the window
+  std::vector<WorkerFetch> worker_fetch;           ///< per worker id
+  std::vector<WorkerBatchRecord> slowest_batches;  ///< slowest first (at most 16)
+  std::vector<SlowBatchNote> slow_notes;           ///< sample indices of slow batches
+  std::vector<EpochRecord> epochs;                 ///< iterators started in the window
+  std::vector<WorkerMemory> worker_memory;         ///< workers alive in the window
   std::optional<DatasetNotes> dataset;
-  std::vector<WorkerPools> worker_pools;            ///< workers with more than one thread
+  std::vector<WorkerPools> worker_pools;  ///< workers with more than one thread
 
   /// Processes fetching batches in parallel (the main process alone when num_workers=0).
   int fetch_processes() const noexcept { return config.num_workers > 0 ? config.num_workers : 1; }

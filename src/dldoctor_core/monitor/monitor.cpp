@@ -12,6 +12,7 @@
 #include <chrono>
 
 #include "dldoctor_core/common/clock.hpp"
+#include "dldoctor_core/analyze/rules.hpp"
 #include "dldoctor_core/common/error.hpp"
 #include "dldoctor_core/sample/thread_pools.hpp"
 
@@ -60,7 +61,9 @@ void Monitor::start(int root_pid) {
   watchdog::WatchdogOptions wo;
   wo.run_dir = opts_.run_dir;
   wo.timeout_override_s = opts_.hang_timeout_s;
-  watchdog_ = std::make_unique<watchdog::Watchdog>(wo, [this] { return watch_state(); });
+  // The watchdog captures; the analyzer's hang rules decide what the capture means.
+  watchdog_ = std::make_unique<watchdog::Watchdog>(
+      wo, [this] { return watch_state(); }, analyze::classify_hang);
   watchdog_->start();
   drain_thread_ = std::thread([this] { drain_loop(); });
 }
@@ -309,6 +312,13 @@ std::optional<watchdog::HangSnapshot> Monitor::last_hang() const {
 std::vector<report::Finding> Monitor::last_hang_findings() const {
   if (!watchdog_) return {};
   return watchdog_->last_findings();
+}
+
+analyze::Decision Monitor::decide(analyze::Window w) const {
+  std::vector<report::Finding> findings = session_.findings(0, w);
+  const bool hung = w == analyze::Window::kWholeRun && watchdog_ && watchdog_->hangs() > 0;
+  if (hung) findings = analyze::with_hang(std::move(findings), watchdog_->last_findings());
+  return analyze::decide(std::move(findings), session_.any_loader(), hung);
 }
 
 void Monitor::drain_loop() {

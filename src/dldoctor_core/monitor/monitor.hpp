@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dldoctor_core/analyze/session.hpp"
+#include "dldoctor_core/analyze/verdict.hpp"
 #include "dldoctor_core/monitor/series.hpp"
 #include "dldoctor_core/monitor/trace_store.hpp"
 #include "dldoctor_core/sample/sampler.hpp"
@@ -67,6 +68,10 @@ class Monitor {
   std::vector<report::Finding> last_hang_findings() const;
   /// The hang timeout in force now (adaptive unless overridden).
   double hang_timeout_s() const { return watchdog_ ? watchdog_->timeout_s() : 0; }
+
+  /// The report over `w`, decided: the session's findings, with the newest hang's merged in
+  /// over the whole run (analyze::with_hang), ordered, and the verdict.
+  analyze::Decision decide(analyze::Window w) const;
 
   analyze::Session& session() { return session_; }
   /// The run over time (HTML report, live view).

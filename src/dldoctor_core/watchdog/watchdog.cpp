@@ -4,8 +4,6 @@
 // stall began, per process.
 #include "dldoctor_core/watchdog/watchdog.hpp"
 
-#include "dldoctor_core/watchdog/process_reading.hpp"
-
 #include <cxxabi.h>
 #include <pthread.h>
 
@@ -14,7 +12,6 @@
 
 #include "dldoctor_core/common/clock.hpp"
 #include "dldoctor_core/common/error.hpp"
-#include "dldoctor_core/watchdog/classify.hpp"
 #include "dldoctor_core/watchdog/proc_probe.hpp"
 #include "dldoctor_core/watchdog/stack.hpp"
 #include "dldoctor_core/watchdog/syscall_name.hpp"
@@ -101,9 +98,13 @@ HangSnapshot capture_hang(const std::vector<WatchedProcess>& processes,
   return snap;
 }
 
-Watchdog::Watchdog(WatchdogOptions options, Probe probe, OnHang on_hang)
-    : options_(std::move(options)), probe_(std::move(probe)), on_hang_(std::move(on_hang)) {
+Watchdog::Watchdog(WatchdogOptions options, Probe probe, Classify classify, OnHang on_hang)
+    : options_(std::move(options)),
+      probe_(std::move(probe)),
+      classify_(std::move(classify)),
+      on_hang_(std::move(on_hang)) {
   if (!probe_) throw Error("watchdog: a probe function is required");
+  if (!classify_) throw Error("watchdog: a classifier is required");
 }
 
 Watchdog::~Watchdog() { stop(); }
@@ -167,14 +168,15 @@ void Watchdog::note_inter_batch_ns(int64_t ns) noexcept {
 }
 
 void Watchdog::set_timeout_override(std::optional<double> seconds) {
-  if (seconds && !(*seconds > 0)) throw Error("--hang-timeout must be a positive number of seconds");
+  if (seconds && !(*seconds > 0))
+    throw Error("--hang-timeout must be a positive number of seconds");
   std::lock_guard lock(options_mu_);
   options_.timeout_override_s = seconds;
 }
 
 std::optional<int64_t> Watchdog::p99_inter_batch_ns() const {
-  size_t n = size_t(std::min<uint64_t>(gap_count_.load(std::memory_order_relaxed),
-                                       kInterBatchWindow));
+  size_t n =
+      size_t(std::min<uint64_t>(gap_count_.load(std::memory_order_relaxed), kInterBatchWindow));
   if (n == 0) return std::nullopt;
   std::vector<int64_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = gaps_[i].load(std::memory_order_relaxed);
@@ -233,7 +235,7 @@ bool Watchdog::check(int64_t now) {
   }
   HangSnapshot snap =
       capture_hang(st.processes, marks_, now, stalled, timeout, run_dir, signal, wait_ms);
-  std::vector<report::Finding> findings = classify_hang(snap, st.context);
+  std::vector<report::Finding> findings = classify_(snap, st.context);
   const bool workers_busy =
       std::any_of(snap.processes.begin(), snap.processes.end(), [](const ProcessCapture& p) {
         auto share = cpu_share(p);

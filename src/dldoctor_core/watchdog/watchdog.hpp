@@ -1,9 +1,10 @@
 // The hang doctor: a thread of plain C++ (no Python, no GIL) that notices when a watched
 // DataLoader has produced no batch for the hang timeout, captures every process of the job
 // (kernel state, CPU progress since the stall began, Python stacks through faulthandler),
-// names the cause, and hands the capture and the findings to a callback, once per stall.
-// It asks the caller what to watch through a probe function, so it does not depend on how
-// the caller (the Monitor) stores its loaders and processes.
+// has the caller's classifier name the cause, and hands the capture and the findings to a
+// callback, once per stall. It asks the caller what to watch through a probe function and
+// what the capture means through the classifier (analyze::classify_hang), so it depends
+// neither on how the caller (the Monitor) stores its loaders nor on the hang rules.
 #pragma once
 
 #include <signal.h>
@@ -51,8 +52,8 @@ inline int default_stack_signal() noexcept { return SIGRTMAX - 6; }
 /// A process of the job and its role.
 struct WatchedProcess {
   int pid = 0;
-  int loader = -1;  ///< loader id of a worker; -1 for a main process
-  int worker = -1;  ///< worker id; -1 for a main process
+  int loader = -1;                 ///< loader id of a worker; -1 for a main process
+  int worker = -1;                 ///< worker id; -1 for a main process
   std::optional<int> exit_code;    ///< when the caller knows how it ended
   std::optional<int> exit_signal;  ///< when the caller knows how it ended
 };
@@ -69,8 +70,8 @@ struct WatchState {
 
 /// Settings.
 struct WatchdogOptions {
-  std::string run_dir;        ///< where stack-<pid>.txt files are written
-  int signal = default_stack_signal();  ///< the signal faulthandler is registered on
+  std::string run_dir;                       ///< where stack-<pid>.txt files are written
+  int signal = default_stack_signal();       ///< the signal faulthandler is registered on
   std::optional<double> timeout_override_s;  ///< --hang-timeout
   double min_timeout_s = kMinHangTimeoutS;
   double p99_factor = kHangTimeoutP99Factor;
@@ -101,12 +102,16 @@ HangSnapshot capture_hang(const std::vector<WatchedProcess>& processes,
 class Watchdog {
  public:
   using Probe = std::function<WatchState()>;
-  using OnHang =
-      std::function<void(const HangSnapshot&, const std::vector<report::Finding>&)>;
+  /// Names the cause of a captured hang (analyze::classify_hang); no finding, with a worker
+  /// using CPU, means slow, not stuck: the watchdog looks again one timeout later.
+  using Classify =
+      std::function<std::vector<report::Finding>(const HangSnapshot&, const HangContext&)>;
+  using OnHang = std::function<void(const HangSnapshot&, const std::vector<report::Finding>&)>;
 
-  /// `probe` is called on the watchdog thread every poll; `on_hang` once per stall, on the
-  /// watchdog thread, after the findings are stored. `probe` is required (dldoctor::Error).
-  Watchdog(WatchdogOptions options, Probe probe, OnHang on_hang = {});
+  /// `probe` is called on the watchdog thread every poll, `classify` on each capture;
+  /// `on_hang` once per stall, on the watchdog thread, after the findings are stored.
+  /// `probe` and `classify` are required (dldoctor::Error).
+  Watchdog(WatchdogOptions options, Probe probe, Classify classify, OnHang on_hang = {});
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -145,6 +150,7 @@ class Watchdog {
 
   WatchdogOptions options_;
   Probe probe_;
+  Classify classify_;
   OnHang on_hang_;
 
   std::atomic<int64_t> last_batch_ns_{0};
@@ -156,9 +162,9 @@ class Watchdog {
   int64_t active_seen_ns_ = 0;     // first check that saw the loader active (0: inactive)
   int64_t stall_key_ = -1;         // the stall start the CPU marks belong to
   int64_t fired_key_ = -1;         // the stall start already reported
-  int64_t defer_until_ns_ = 0;  ///< no capture before this (a stall that was slow, not stuck)
+  int64_t defer_until_ns_ = 0;     ///< no capture before this (a stall that was slow, not stuck)
   std::map<int, CpuMark> marks_;
-  int64_t marks_since_ns_ = 0;     // when the first mark of this stall was taken
+  int64_t marks_since_ns_ = 0;  // when the first mark of this stall was taken
 
   mutable std::mutex result_mu_;
   std::optional<HangSnapshot> last_snapshot_;

@@ -1,0 +1,21 @@
+// A window too short to judge is neither stalled nor keeping up: no rule speaks of it.
+#include "dldoctor_core/analyze/data_bound.hpp"
+
+namespace dldoctor::analyze {
+
+namespace {
+bool judged(const LoaderView& l) noexcept {
+  return l.stepped_batches >= kMinSteadyBatches && l.data_stall_fraction &&
+         l.loop_s >= kMinJudgedLoopS;
+}
+}  // namespace
+
+bool stalled(const LoaderView& l) noexcept {
+  return judged(l) && *l.data_stall_fraction >= kDataStallFraction;
+}
+
+bool keeps_up(const LoaderView& l) noexcept {
+  return judged(l) && *l.data_stall_fraction < kDataStallFraction;
+}
+
+}  // namespace dldoctor::analyze

@@ -1,0 +1,32 @@
+// The first question of every analysis: is this loader data-bound at all? A loader is
+// judged only over enough batches and loop time, and it stalls the loop when the main
+// process waits for batches at least kDataStallFraction of it (DESIGN.md section 4).
+#pragma once
+
+#include <cstdint>
+
+#include "dldoctor_core/analyze/view.hpp"
+
+namespace dldoctor::analyze {
+
+/// Share of the loop the main process may spend waiting for batches before the loader
+/// counts as a bottleneck. Below it the loader keeps up: timer noise and the occasional
+/// slow batch already cost a few percent, and no change to the loader could buy back more
+/// than that (DESIGN.md section 4).
+inline constexpr double kDataStallFraction = 0.05;
+
+/// Consumer steps a window needs before it is judged: fewer give no stable mean, and the
+/// first batches of an epoch are still warming up (page cache, allocator, JIT).
+inline constexpr int64_t kMinSteadyBatches = 5;
+
+/// Loop time (wait + step) a window needs before it is judged: a shorter one is a start-up
+/// transient (workers still filling their prefetch queues, a cold page cache), and a
+/// streaming verdict named from it would cry wolf.
+inline constexpr double kMinJudgedLoopS = 2.0;
+
+/// Enough batches to judge, and the loop waits on the loader at least kDataStallFraction.
+bool stalled(const LoaderView& l) noexcept;
+/// Enough batches to judge, and the loop waits on the loader less than kDataStallFraction.
+bool keeps_up(const LoaderView& l) noexcept;
+
+}  // namespace dldoctor::analyze

@@ -1,0 +1,74 @@
+// cow_memory_growth: forked workers copy the main process's memory page by page as they read
+// the dataset, because Python writes a reference count into every object it touches. Seen
+// as each worker's Private_Dirty (smaps_rollup) growing with the samples it has read; the
+// slope is projected to the end of the epoch against the memory available. The culprits are
+// the dataset's large Python containers, named from the main process's inspection of it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "dldoctor_core/analyze/view.hpp"
+#include "dldoctor_core/report/finding.hpp"
+
+namespace dldoctor::analyze::cow_memory_growth {
+
+inline constexpr double kMiB = 1024.0 * 1024.0;
+
+/// smaps reads a worker needs for a slope: two are a line through anything, three show a
+/// trend.
+inline constexpr size_t kCowMinPoints = 3;
+
+/// Samples the reads must span: fewer say nothing about growth *per sample*.
+inline constexpr int64_t kCowMinSamples = 256;
+
+/// Growth of one worker's Private_Dirty over the reads that counts. A worker's own
+/// allocations (a batch's tensors, the allocator's arenas) settle within its first batches
+/// at a few MiB; copy-on-write of a dataset's objects goes on for as long as it reads.
+inline constexpr double kCowMinGrowthBytes = 32 * kMiB;
+
+/// Bytes copied per sample read that count as growth with the samples: a page (4 KiB) per
+/// few dozen samples. Reading a Python list of objects in random order copies up to a page
+/// per sample; reading a numpy array copies nothing after warm-up.
+inline constexpr double kCowMinBytesPerSample = 256;
+
+/// Projected further growth of all the workers to the end of the epoch at which the
+/// finding is a warning: enough memory to matter on any machine, and it multiplies with
+/// num_workers. Below it (but growing) the finding is informational.
+inline constexpr double kCowWarnProjectedBytes = 256 * kMiB;
+
+/// Share of the available memory the projected growth may take before it is critical:
+/// the job is then on its way to the OOM killer or to swapping within the epoch.
+inline constexpr double kCowCriticalShareOfAvailable = 0.5;
+
+/// Score when the memory available is unknown: growth matters, its share cannot be said.
+inline constexpr double kUnknownShareScore = 0.1;
+
+/// One worker whose private memory grows with the samples it reads.
+struct Growth {
+  int pid = 0;
+  int worker = -1;
+  double slope = 0;  ///< bytes per sample
+  double first = 0, last = 0;
+  int64_t samples_first = 0, samples_last = 0;
+  std::optional<int64_t> rss, pss;
+};
+
+struct Evidence {
+  report::Rank rank;
+  int loader = 0;
+  int num_workers = 0;
+  std::vector<Growth> growing;
+  double slope_mean = 0;  ///< bytes per sample, over the growing workers
+  double now_total = 0, grown = 0, pss_total = 0;
+  std::optional<double> per_worker_epoch;  ///< samples each worker reads in an epoch
+  double projected_more = 0;               ///< all workers, to the end of the epoch
+  std::optional<int64_t> available;
+  bool dataset_inspected = false;
+  std::vector<DatasetAttr> culprits;  ///< the dataset's Python containers of objects
+};
+std::vector<Evidence> detect(const JobView& job);
+report::Finding finding(const Evidence& e);
+
+}  // namespace dldoctor::analyze::cow_memory_growth

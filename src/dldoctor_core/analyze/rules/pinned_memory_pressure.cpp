@@ -1,0 +1,93 @@
+// Pinned (page-locked) memory is neither swappable nor reclaimable: when memory runs short
+// the rest of the job is pushed out instead.
+#include "dldoctor_core/analyze/rules/pinned_memory_pressure.hpp"
+
+#include <algorithm>
+
+#include "dldoctor_core/analyze/text.hpp"
+
+namespace dldoctor::analyze::pinned_memory_pressure {
+
+std::optional<Unused> detect_unused(const JobView& job) {
+  // pin_memory=True without an accelerator: torch skips pinning (and warns once).
+  for (const RuntimeNote& r : job.failures.runtime)
+    if (r.pin_memory_requested && *r.pin_memory_requested && r.accelerator && !*r.accelerator)
+      return Unused{r.loader};  // one is enough for the job
+  return std::nullopt;
+}
+
+report::Finding finding(const Unused& e) {
+  report::Finding f = report::make_finding("pinned_memory_pressure", e.loader, report::Rank{});
+  f.title = "pin_memory=True does nothing on this machine: there is no CUDA device";
+  f.add("pin_memory", std::string("requested, not in effect"));
+  f.add("accelerator", std::string("none"));
+  f.fix =
+      "Nothing to do for speed here; pin_memory=True only helps host-to-GPU copies "
+      "(tensor.to('cuda', non_blocking=True)). Keep it for the GPU machines, or set it "
+      "from torch.cuda.is_available().";
+  f.why =
+      "Pinned (page-locked) memory lets the GPU copy a batch by DMA while the CPU goes "
+      "on. Without an accelerator torch skips pinning, so the flag costs and buys "
+      "nothing.";
+  return f;
+}
+
+std::optional<Evidence> detect(const JobView& job) {
+  const Memory m = memory_of(job);
+  if (!m.short_of_memory()) return std::nullopt;
+  std::vector<const LoaderView*> pinned;
+  for (const LoaderView& l : job.loaders)
+    if (l.config.pin_memory()) pinned.push_back(&l);
+  if (pinned.empty()) return std::nullopt;  // ram_pressure's
+  const LoaderView& l = **std::max_element(
+      pinned.begin(), pinned.end(), [](const LoaderView* a, const LoaderView* b) {
+        return a->batch_bytes_mean.value_or(0) < b->batch_bytes_mean.value_or(0);
+      });
+  Evidence e;
+  e.rank = memory_rank(m, job);
+  e.memory = m;
+  e.pinned_loaders = int(pinned.size());
+  e.loader = pinned.size() == 1 ? l.loader : -1;
+  for (const LoaderView* p : pinned) {
+    if (!p->batch_bytes_mean) continue;
+    const int queued =
+        p->config.num_workers > 0
+            ? p->config.num_workers * p->config.prefetch_factor.value_or(kDefaultPrefetchFactor)
+            : 0;
+    e.pinned_bytes =
+        e.pinned_bytes.value_or(0) + *p->batch_bytes_mean * double(queued + kPinnedHeldBatches);
+  }
+  e.batch_bytes = l.batch_bytes_mean;
+  e.num_workers = l.config.num_workers;
+  e.prefetch_factor = l.config.prefetch_factor;
+  return e;
+}
+
+report::Finding finding(const Evidence& e) {
+  report::Finding f = report::make_finding("pinned_memory_pressure", e.loader, e.rank);
+  add_memory_evidence(f, e.memory);
+  f.title =
+      "Memory is short (" + short_sentence(e.memory) + ") and pin_memory=True locks batches in RAM";
+  if (e.pinned_bytes) f.add("pinned_bytes_estimate", *e.pinned_bytes);
+  if (e.batch_bytes) f.add("batch_bytes", *e.batch_bytes);
+  f.add("num_workers", double(e.num_workers));
+  if (e.prefetch_factor) f.add("prefetch_factor", double(*e.prefetch_factor));
+  f.fix = "Set pin_memory=False" +
+          std::string(e.pinned_loaders == 1 ? "" : " on the largest loaders") +
+          " (the copy to the GPU then costs a little more, but the memory can be reclaimed), "
+          "or keep fewer batches pinned: prefetch_factor=1" +
+          (e.num_workers > 1 ? ", num_workers=" + std::to_string(std::max(1, e.num_workers / 2))
+                             : std::string()) +
+          ". Or give the job more memory (docker run --memory, Kubernetes "
+          "resources.limits.memory).";
+  f.why =
+      "With pin_memory=True the main process copies every batch into page-locked "
+      "memory, which the kernel can neither swap nor reclaim; about " +
+      (e.pinned_bytes ? bytes_text(*e.pinned_bytes) : std::string("a batch per slot")) +
+      " stays pinned with the batches in flight. When memory is short the rest of the "
+      "job (page cache, the workers) is pushed out instead, and steps stall on swap "
+      "and reclaim.";
+  return f;
+}
+
+}  // namespace dldoctor::analyze::pinned_memory_pressure

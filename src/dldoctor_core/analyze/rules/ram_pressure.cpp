@@ -1,0 +1,34 @@
+// Low memory reclaims the page cache the dataset reads from, then swaps, then kills.
+#include "dldoctor_core/analyze/rules/ram_pressure.hpp"
+
+#include <algorithm>
+
+namespace dldoctor::analyze::ram_pressure {
+
+std::optional<Evidence> detect(const JobView& job) {
+  const Memory m = memory_of(job);
+  if (!m.short_of_memory()) return std::nullopt;
+  if (std::any_of(job.loaders.begin(), job.loaders.end(),
+                  [](const LoaderView& l) { return l.config.pin_memory(); }))
+    return std::nullopt;  // pinned_memory_pressure's
+  return Evidence{memory_rank(m, job), m};
+}
+
+report::Finding finding(const Evidence& e) {
+  report::Finding f = report::make_finding("ram_pressure", -1, e.rank);
+  add_memory_evidence(f, e.memory);
+  f.title = "Memory is short (" + short_sentence(e.memory) + ")";
+  f.fix =
+      "Find what holds the memory (the workers: see their RSS in the report; a "
+      "dataset held in Python lists or dicts grows in every worker, see "
+      "cow_memory_growth). Use fewer workers or a smaller prefetch_factor, keep the "
+      "dataset's index in numpy arrays, or give the job more memory (docker run "
+      "--memory, Kubernetes resources.limits.memory).";
+  f.why =
+      "When MemAvailable or the cgroup's headroom runs low the kernel reclaims the page "
+      "cache the dataset reads from and swaps, so reads go to storage and steps stall; "
+      "at the limit the OOM killer kills the largest process, usually a worker.";
+  return f;
+}
+
+}  // namespace dldoctor::analyze::ram_pressure

@@ -1,0 +1,71 @@
+// collate_fn runs once per batch in the worker: shortening it shortens every batch.
+#include "dldoctor_core/analyze/rules/slow_collate.hpp"
+
+#include "dldoctor_core/analyze/rules/too_many_workers.hpp"
+
+namespace dldoctor::analyze::slow_collate {
+
+namespace {
+
+std::string cheaper_collate_advice(bool custom_collate) {
+  std::string s =
+      "make collate_fn cheaper: move per-sample work (decoding, augmenting, padding, "
+      "converting to tensors) out of collate_fn into __getitem__, stack tensors with "
+      "torch.stack instead of Python loops over samples, or return ready batches from the "
+      "dataset (__getitems__ or a batch sampler) so collate only passes them through";
+  if (!custom_collate)
+    s += "; the default collate is slow on many small objects: return one tensor per "
+         "sample, not nested lists or dicts of numbers";
+  return s + ".";
+}
+
+}  // namespace
+
+std::vector<Evidence> detect(const JobView& job) {
+  const auto over = oversubscription(job);
+  std::vector<Evidence> out;
+  for (CpuBoundFetch& c : cpu_bound_fetches(job, over && over->proven)) {
+    if (!c.collate_share || *c.collate_share < kCollateShare) continue;  // slow_getitem's
+    const double share = *c.collate_share;
+    const double score = c.figures.data_stall_fraction * share;
+    out.push_back({{c.severity(), report::Tier::kMeasure, score}, std::move(c), share});
+  }
+  return out;
+}
+
+report::Finding finding(const Evidence& e) {
+  const FetchFigures& x = e.fetch.figures;
+  const FetchCapacity& c = x.shortfall.capacity;
+  const std::optional<double>& busy = x.shortfall.busy;
+  const double stall = x.data_stall_fraction;
+  const double share = e.collate_share;
+
+  report::Finding f = report::make_finding("slow_collate", x.loader, e.rank);
+  f.title = "Loader " + std::to_string(x.loader) + ": collate_fn takes " + num(share * 100) +
+            "% of each fetch and the workers cannot keep up (" + num(c.capacity_bps) +
+            " batches/s, the loop wants " + num(c.demand_bps) + ")";
+  add_fetch_evidence(f, x);
+  f.add("collate_share", share);
+
+  if (auto n = e.fetch.recommended_workers()) {
+    f.add("recommended_num_workers", double(*n));
+    f.fix =
+        "Set num_workers=" + std::to_string(*n) + " (now " + std::to_string(x.num_workers) + ")" +
+        (*n == e.fetch.needed_workers
+             ? ": " + std::to_string(*n) + " workers supply " + num(*n / c.fetch_s) +
+                   " batches/s, above the loop's " + num(c.demand_bps) + "; then " +
+                   cheaper_collate_advice(e.fetch.custom_collate)
+             : ", all the idle CPUs allow, and " + cheaper_collate_advice(e.fetch.custom_collate));
+  } else {
+    f.fix = no_cpu_for_more_workers(x) + cheaper_collate_advice(e.fetch.custom_collate);
+  }
+  f.why = "The main process waits " + num(stall * 100) +
+          "% of the loop for batches; the workers are busy on CPU for " +
+          (busy ? num(*busy * 100) + "%" : std::string("an unmeasured share")) +
+          " of each fetch, and " + num(share * 100) +
+          "% of the fetch is collate_fn, which runs once per batch in the worker: "
+          "shortening it shortens every batch.";
+  return f;
+}
+
+}  // namespace dldoctor::analyze::slow_collate

@@ -1,0 +1,85 @@
+// More workers only while a CPU is idle for them; otherwise the cost per sample is what is
+// left to cut, and the profiles say where it goes.
+#include "dldoctor_core/analyze/rules/slow_getitem.hpp"
+
+#include "dldoctor_core/analyze/rules/too_many_workers.hpp"
+
+namespace dldoctor::analyze::slow_getitem {
+
+namespace {
+
+std::string cheaper_getitem_advice(const std::vector<HotFunction>& hot) {
+  if (const HotFunction* h = hottest_step(hot)) {
+    std::string where = h->name + (h->location.empty() ? "" : " (" + h->location + ")");
+    return "make __getitem__ cheaper where it spends its time, in " + where + ": " +
+           hot_step_advice(h->name) + ".";
+  }
+  return "make __getitem__ cheaper: move its heaviest step offline (e.g. decode and resize "
+         "the images once and save them at training size), or use a faster library for it "
+         "(Pillow-SIMD; PIL Image.draft() to decode JPEGs at reduced size; "
+         "torchvision.io.decode_jpeg, nvJPEG on the GPU). Profile it to find that step.";
+}
+
+}  // namespace
+
+std::vector<Evidence> detect(const JobView& job) {
+  const auto over = oversubscription(job);
+  std::vector<Evidence> out;
+  for (CpuBoundFetch& c : cpu_bound_fetches(job, over && over->proven)) {
+    const double collate = c.collate_share.value_or(0);
+    if (collate >= kCollateShare) continue;  // slow_collate's
+    const double score = c.figures.data_stall_fraction * (1.0 - collate);
+    out.push_back({{c.severity(), report::Tier::kMeasure, score}, std::move(c), collate});
+  }
+  return out;
+}
+
+report::Finding finding(const Evidence& e) {
+  const FetchFigures& x = e.fetch.figures;
+  const FetchCapacity& c = x.shortfall.capacity;
+  const std::optional<double>& busy = x.shortfall.busy;
+  const double stall = x.data_stall_fraction;
+
+  report::Finding f = report::make_finding("slow_getitem", x.loader, e.rank);
+  f.title = "Loader " + std::to_string(x.loader) + ": __getitem__ is too slow for the loop (" +
+            (c.serial ? std::string("the main process supplies ")
+                      : count_of(c.fetch_processes, "worker") +
+                            (c.fetch_processes == 1 ? " supplies " : " supply ")) +
+            num(c.capacity_bps) + " batches/s, the loop wants " + num(c.demand_bps) + ")";
+  add_fetch_evidence(f, x);
+  if (!e.fetch.hot_functions.empty())
+    f.add("hot_functions", hot_functions_text(e.fetch.hot_functions));
+
+  const int needed = e.fetch.needed_workers;
+  const std::string now = " (now " + std::to_string(x.num_workers) + ")";
+  if (auto n = e.fetch.recommended_workers()) {
+    f.add("recommended_num_workers", double(*n));
+    const int idle = *e.fetch.ceiling - x.num_workers;
+    f.fix = "Set num_workers=" + std::to_string(*n) + now +
+            (*n == needed
+                 ? ": " + std::to_string(*n) + " workers at " + num(c.fetch_s * 1e3) +
+                       " ms per batch supply " + num(*n / c.fetch_s) +
+                       " batches/s, above the loop's " + num(c.demand_bps) + ", and " +
+                       count_of(idle, "CPU") + (idle == 1 ? " is" : " are") + " idle."
+                 : ", all the idle CPUs allow (" + std::to_string(needed) +
+                       " would be needed), and " + cheaper_getitem_advice(e.fetch.hot_functions));
+  } else {
+    f.fix = no_cpu_for_more_workers(x) + cheaper_getitem_advice(e.fetch.hot_functions);
+  }
+  f.why = "The main process waits " + num(stall * 100) +
+          "% of the loop for batches while the workers " +
+          (busy ? "are busy on a CPU (running or queued for one) for " + num(*busy * 100) +
+                      "% of each fetch"
+                : std::string("fetch without a break (their CPU time was not measured)")) +
+          ", " + num((1.0 - e.collate_share) * 100) +
+          "% of it in __getitem__: the loader is limited by the CPU cost of preparing "
+          "samples, so it speeds up only with more CPUs working on it or less work per "
+          "sample.";
+  if (e.fetch.oversubscribed)
+    f.why +=
+        " The workers already outnumber the usable CPUs (see too_many_workers), so "
+        "the cost per sample is what is left to cut.";
+  return f;
+}
+
+}  // namespace dldoctor::analyze::slow_getitem

@@ -1,0 +1,114 @@
+// cow_memory_growth at the edges of its thresholds: Private_Dirty growth per sample read, the
+// reads and samples a slope needs, spawned workers that share nothing, the projection to the
+// epoch's end against the memory available.
+#include "dldoctor_core/analyze/rules/cow_memory_growth.hpp"
+
+#include <gtest/gtest.h>
+
+#include "../analyze_sim.hpp"
+
+namespace dldoctor::analyze {
+namespace {
+
+using namespace sim;
+
+/// 20 s of a healthy 2-worker loader (25 batches/s per worker of `batch` samples) in 1 s
+/// chunks, a smaps read of each worker after each second with Private_Dirty
+/// base + bytes_per_sample x samples, and the dataset notes.
+std::vector<report::Finding> cow_run(double bytes_per_sample, int batch, int reads = 20,
+                                     std::optional<int64_t> available = int64_t(64) << 30,
+                                     trace::StartMethod method = trace::StartMethod::kFork,
+                                     std::optional<int64_t> length = 10'000'000) {
+  Session s;
+  s.set_facts(facts(8));
+  Loader l;
+  l.batch_size = batch;
+  l.fetch_ms = 10;
+  l.step_ms = 20;
+  l.jitter = 0;
+  s.ingest(event(trace::EventKind::kIterStart, l.main_pid, kT0, l.id, l.num_workers,
+                 l.prefetch_factor, uint32_t(batch), 0, l.main_pid, int64_t(method), 1, l.flags));
+  for (int w = 0; w < l.num_workers; ++w)
+    s.ingest(
+        event(trace::EventKind::kWorkerStart, l.worker_pid(w), kT0, l.id, w, -1, 0, l.main_pid));
+  DatasetNotes notes;
+  notes.length = length;
+  notes.attrs.push_back(DatasetAttr{"paths", "list", 3'000'000, 252 * kMiB, "str", true});
+  notes.attrs.push_back(
+      DatasetAttr{"labels", "numpy.ndarray", 3'000'000, 24 * kMiB, "int64", false});
+  s.note_dataset(l.id, notes);
+  int64_t samples = 0;  // per worker
+  for (int k = 0; k < 20; ++k) {
+    const int64_t t = kT0 + k * kS;
+    feed(s, l, t, 1.0, false);
+    samples += 25 * batch;
+    std::vector<std::pair<int, int64_t>> pd;
+    if (k >= 20 - reads)
+      for (int w = 0; w < l.num_workers; ++w)
+        pd.emplace_back(l.worker_pid(w), 10 * kMiB + int64_t(bytes_per_sample * double(samples)));
+    pass(s, t + kS - 1, l, WorkerFigures{}, 2.0, pd, available);
+  }
+  return s.findings(0, Window::kWholeRun);
+}
+
+TEST(AnalyzeCow, GrowthWithSamplesIsNamedWithTheAttribute) {
+  // 32 samples x 25 x 20 = 16000 samples per worker at 4 KiB each: 62.5 MiB.
+  auto fs = cow_run(4096, 32);
+  const report::Finding* f = find(fs, "cow_memory_growth");
+  ASSERT_NE(f, nullptr);
+  EXPECT_NEAR(*num(*f, "private_dirty_mib_per_1000_samples"), 4096.0 * 1000 / kMiB, 1e-6);
+  EXPECT_EQ(*num(*f, "workers_growing"), 2);
+  EXPECT_NE(text(*f, "python_object_attributes")->find("paths (list of 3000000 str"),
+            std::string::npos)
+      << *text(*f, "python_object_attributes");
+  EXPECT_EQ(text(*f, "python_object_attributes")->find("labels"), std::string::npos);
+  EXPECT_NE(f->fix.find("dataset.paths"), std::string::npos);
+  EXPECT_NE(f->why.find("reference count"), std::string::npos);
+  // 10M samples / 2 workers: each copies up to its 2 GiB RSS: far above 256 MiB.
+  EXPECT_EQ(f->severity, report::Severity::kWarning);
+}
+
+TEST(AnalyzeCow, FlipsAtGrowth) {
+  // 16000 samples per worker (15200 between the first and last read): growth = slope x 15200.
+  const double per_mib = double(kMiB) / 15200;
+  EXPECT_EQ(find(cow_run(31.5 * per_mib, 32), "cow_memory_growth"), nullptr);
+  EXPECT_NE(find(cow_run(32.5 * per_mib, 32), "cow_memory_growth"), nullptr);
+}
+
+TEST(AnalyzeCow, FlipsAtBytesPerSample) {
+  // 4096-sample batches: 2M samples per worker, so growth is large at any slope here.
+  EXPECT_EQ(find(cow_run(250, 4096), "cow_memory_growth"), nullptr);
+  EXPECT_NE(find(cow_run(262, 4096), "cow_memory_growth"), nullptr);
+}
+
+TEST(AnalyzeCow, NeedsThreeReads) {
+  // 40 KiB per sample: the last two or three reads (800 samples apart) span 31-62 MiB.
+  EXPECT_EQ(find(cow_run(40960 * 2, 32, 2), "cow_memory_growth"), nullptr);
+  EXPECT_NE(find(cow_run(40960, 32, 3), "cow_memory_growth"), nullptr);
+}
+
+TEST(AnalyzeCow, FlatMemoryIsNothing) { EXPECT_TRUE(cow_run(0, 32).empty()); }
+
+TEST(AnalyzeCow, SpawnedWorkersShareNothing) {
+  EXPECT_EQ(find(cow_run(4096, 32, 20, int64_t(64) << 30, trace::StartMethod::kSpawn),
+                 "cow_memory_growth"),
+            nullptr);
+}
+
+TEST(AnalyzeCow, ProjectionAgainstAvailableMemorySetsSeverity) {
+  // Projected: 2 workers x min(4 KiB x (5M - 16000), 2 GiB - 72.5 MiB) ~ 3.86 GiB.
+  auto critical = cow_run(4096, 32, 20, int64_t(6) << 30);
+  ASSERT_NE(find(critical, "cow_memory_growth"), nullptr);
+  EXPECT_EQ(find(critical, "cow_memory_growth")->severity, report::Severity::kCritical);
+  EXPECT_GT(*num(*find(critical, "cow_memory_growth"), "projected_growth_to_epoch_end_mib"), 3900);
+  auto warning = cow_run(4096, 32, 20, int64_t(8) << 30);
+  EXPECT_EQ(find(warning, "cow_memory_growth")->severity, report::Severity::kWarning);
+  // A short epoch: 40000 samples, 20000 per worker, 4000 left each: 2 x 15.6 MiB more,
+  // plus 59 MiB grown each so far: still above 256 MiB? no: 2 x (59 + 15.6) < 256: info.
+  auto info = cow_run(4096, 32, 20, int64_t(64) << 30, trace::StartMethod::kFork, 40'000);
+  ASSERT_NE(find(info, "cow_memory_growth"), nullptr);
+  EXPECT_EQ(find(info, "cow_memory_growth")->severity, report::Severity::kInfo);
+}
+
+}  // namespace
+}  // namespace dldoctor::analyze

@@ -1,0 +1,37 @@
+// slow_collate: a CPU-bound fetch whose larger part is collate_fn, split from slow_getitem at
+// the collate share.
+#include "dldoctor_core/analyze/rules/slow_collate.hpp"
+
+#include <gtest/gtest.h>
+
+#include "../analyze_sim.hpp"
+
+namespace dldoctor::analyze {
+namespace {
+
+using namespace sim;
+
+TEST(AnalyzeSlowCollate, CollateHeavyFetch) {
+  Loader l = cpu_bound();
+  l.collate_ms = 80;
+  auto r = run(l, procs(l, 30.0, 95.0, 1.0, 3.0), 8);
+  ASSERT_EQ(ids(r->whole), std::vector<std::string>{"slow_collate"});
+  const report::Finding& f = r->whole[0];
+  EXPECT_EQ(f.severity, report::Severity::kCritical);
+  EXPECT_NEAR(*num(f, "collate_share"), 0.8, 0.01);
+  EXPECT_NEAR(*num(f, "collate_p50_ms"), 80, 1e-6);
+  EXPECT_NE(f.fix.find("collate_fn"), std::string::npos);
+  EXPECT_EQ(Session::verdict(r->whole), "slow_collate");
+}
+
+TEST(AnalyzeSlowCollate, FlipsAtCollateShare) {
+  Loader l = cpu_bound();
+  l.jitter = 0;
+  l.collate_ms = 49;
+  EXPECT_EQ(Session::verdict(run(l, procs(l, 30.0, 95.0, 1.0), 8)->whole), "slow_getitem");
+  l.collate_ms = 51;
+  EXPECT_EQ(Session::verdict(run(l, procs(l, 30.0, 95.0, 1.0), 8)->whole), "slow_collate");
+}
+
+}  // namespace
+}  // namespace dldoctor::analyze

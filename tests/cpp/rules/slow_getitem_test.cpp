@@ -1,0 +1,118 @@
+// slow_getitem at the edges of its thresholds: capacity against demand, the workers the idle
+// CPUs allow, the hot step named from profiles; the hot-step helper itself.
+#include "dldoctor_core/analyze/rules/slow_getitem.hpp"
+
+#include <gtest/gtest.h>
+
+#include "../analyze_sim.hpp"
+
+namespace dldoctor::analyze {
+namespace {
+
+using namespace sim;
+
+TEST(AnalyzeSlowGetitem, IdleCoresGiveAWorkerCount) {
+  Loader l = cpu_bound();
+  auto r = run(l, procs(l, 30.0, 95.0, 1.0, 3.0), 8);
+  ASSERT_EQ(ids(r->whole), std::vector<std::string>{"slow_getitem"});
+  const report::Finding& f = r->whole[0];
+  EXPECT_EQ(f.severity, report::Severity::kCritical);
+  EXPECT_EQ(f.loader, 0);
+  // ceil(50 batches/s x 0.1 s x 1.1 headroom) = 6, within 2 + (8 - 2 - 1) idle CPUs.
+  EXPECT_EQ(*num(f, "recommended_num_workers"), 6);
+  EXPECT_NE(f.fix.find("num_workers=6"), std::string::npos) << f.fix;
+  EXPECT_NEAR(*num(f, "worker_capacity_batches_per_s"), 20, 0.5);
+  EXPECT_NEAR(*num(f, "consumer_demand_batches_per_s"), 50, 1e-6);
+  EXPECT_NEAR(*num(f, "getitem_p50_ms"), 99.0 / 32, 0.01);
+  EXPECT_GT(*num(f, "getitem_p99_ms"), *num(f, "getitem_p50_ms"));
+  EXPECT_NEAR(*num(f, "collate_p50_ms"), 1, 1e-6);
+  EXPECT_NEAR(*num(f, "worker_on_cpu_fraction"), 0.95, 0.01);
+  EXPECT_NEAR(*num(f, "data_stall_fraction"), 30.0 / 50, 1e-6);
+  EXPECT_NEAR(f.score, 0.6 * 0.99, 0.01);
+  EXPECT_EQ(Session::verdict(r->recent), "slow_getitem");
+}
+
+TEST(AnalyzeSlowGetitem, TooFewIdleCoresCapTheCountAndAskForCheaperWork) {
+  Loader l = cpu_bound(1);
+  auto r = run(l, procs(l, 30.0, 95.0, 1.0, 3.0), 4);
+  ASSERT_EQ(Session::verdict(r->whole), "slow_getitem");
+  const report::Finding& f = r->whole[0];
+  EXPECT_EQ(*num(f, "recommended_num_workers"), 3);  // 1 + (4 - 1 - 1)
+  EXPECT_NE(f.fix.find("num_workers=3"), std::string::npos) << f.fix;
+  EXPECT_NE(f.fix.find("cheaper"), std::string::npos) << f.fix;
+}
+
+TEST(AnalyzeSlowGetitem, NoIdleCoresNamesTheHotFunctionOffline) {
+  Loader l = cpu_bound(1);
+  std::vector<HotFunction> hot = {{"Photos.__getitem__", "ds.py:40", 5000, 50.0, 100},
+                                  {"Compose.__call__", "transforms.py:95", 4500, 1.0, 100},
+                                  {"resize", "ds.py:12", 4000, 3900.0, 100},
+                                  {"decode", "ds.py:10", 300, 290.0, 100}};
+  auto r = run(l, procs(l, 30.0, 95.0, 1.0, 3.0), 2, {}, hot);
+  ASSERT_EQ(Session::verdict(r->whole), "slow_getitem");
+  const report::Finding& f = r->whole[0];
+  EXPECT_FALSE(num(f, "recommended_num_workers"));
+  EXPECT_NE(f.fix.find("resize (ds.py:12)"), std::string::npos) << f.fix;
+  EXPECT_NE(f.fix.find("offline"), std::string::npos) << f.fix;
+  EXPECT_NE(text(f, "hot_functions")->find("resize (ds.py:12) 40 ms/call"), std::string::npos)
+      << *text(f, "hot_functions");
+}
+
+TEST(AnalyzeSlowGetitem, NoIdleCoresWithoutProfilesStillSaysWhatToTry) {
+  Loader l = cpu_bound(1);
+  auto r = run(l, procs(l, 30.0, 95.0, 1.0, 3.0), 2);
+  const report::Finding& f = r->whole.at(0);
+  EXPECT_EQ(f.id, "slow_getitem");
+  EXPECT_NE(f.fix.find("Pillow-SIMD"), std::string::npos);
+  EXPECT_NE(f.fix.find("draft"), std::string::npos);
+}
+
+TEST(AnalyzeSlowGetitem, ContendedCpusGiveNoWorkerCount) {
+  Loader l = cpu_bound();
+  // Other processes load the CPUs: idle by count, not in fact.
+  auto r = run(l, procs(l, 30.0, 60.0, 15.0, 3.0), 8);
+  const report::Finding* f = find(r->whole, "slow_getitem");
+  ASSERT_NE(f, nullptr);
+  EXPECT_FALSE(num(*f, "recommended_num_workers"));
+}
+
+TEST(AnalyzeSlowGetitem, FlipsAtCapacityMargin) {
+  Loader l = cpu_bound();  // 20 batches/s of capacity
+  l.jitter = 0;
+  l.wait_ms = 10;    // a stall, whatever its cause
+  l.step_ms = 54.5;  // demand 18.35/s: capacity 1.09 x demand
+  EXPECT_EQ(Session::verdict(run(l, procs(l, 30.0, 95.0, 1.0), 8)->whole), "slow_getitem");
+  l.step_ms = 55.5;  // capacity 1.11 x demand: the workers could keep up
+  EXPECT_TRUE(run(l, procs(l, 30.0, 95.0, 1.0), 8)->whole.empty());
+}
+
+TEST(AnalyzeSlowGetitem, SerialLoadingAsksForWorkers) {
+  Loader l = cpu_bound(0);
+  l.fetch_ms = 30;  // num_workers=0: every fetch is waited for, 60 % of the loop
+  auto r = run(l, procs(l, 99.0, std::nullopt), 8);
+  ASSERT_EQ(Session::verdict(r->whole), "slow_getitem");
+  const report::Finding& f = r->whole[0];
+  EXPECT_EQ(*num(f, "recommended_num_workers"), 2);  // ceil(50 x 0.03 x 1.1)
+  EXPECT_NE(f.fix.find("num_workers=2 (now 0)"), std::string::npos) << f.fix;
+  EXPECT_EQ(find(r->whole, "main_process_bound"), nullptr);
+}
+
+TEST(AnalyzeCapacity, HotStepSkipsWrappersAndSmallSteps) {
+  std::vector<HotFunction> hot = {{"__getitem__", "", 10, 0.1, 1},
+                                  {"Compose.__call__", "", 9, 0.1, 1},
+                                  {"decode_jpeg", "", 8, 8.0, 1}};
+  ASSERT_NE(hottest_step(hot), nullptr);
+  EXPECT_EQ(hottest_step(hot)->name, "decode_jpeg");
+  // The work is in __getitem__'s own loop: every other step is under kHotStepShare.
+  std::vector<HotFunction> own = {{"Rows.__getitem__", "ds.py:9", 100, 95.0, 1},
+                                  {"helper", "ds.py:20", 19, 19.0, 1}};
+  EXPECT_EQ(hottest_step(own)->name, "Rows.__getitem__");
+  EXPECT_EQ(hottest_step({}), nullptr);
+  EXPECT_NE(hot_step_advice("decode_jpeg").find("draft"), std::string::npos);
+  EXPECT_NE(hot_step_advice("resize").find("training size"), std::string::npos);
+  EXPECT_EQ(workers_for(50, 0.1), 6);
+  EXPECT_EQ(workers_for(0.001, 0.1), 1);
+}
+
+}  // namespace
+}  // namespace dldoctor::analyze

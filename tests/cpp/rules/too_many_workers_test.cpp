@@ -1,0 +1,111 @@
+// too_many_workers at the edges of its thresholds: run-queue delay, or preemption when that is
+// unknown; never from os.cpu_count(); the budget split across loaders.
+#include "dldoctor_core/analyze/rules/too_many_workers.hpp"
+
+#include <gtest/gtest.h>
+
+#include "../analyze_sim.hpp"
+
+namespace dldoctor::analyze {
+namespace {
+
+using namespace sim;
+
+TEST(AnalyzeTooManyWorkers, OversubscribedCpuBoundWorkersAreTheVerdict) {
+  Loader l = oversubscribed();
+  auto r = run(l, procs(l, 60.0, 33.0, 60.0, 200.0), 2);
+  ASSERT_FALSE(r->whole.empty());
+  const report::Finding& f = r->whole[0];
+  EXPECT_EQ(f.id, "too_many_workers");
+  EXPECT_EQ(f.severity, report::Severity::kCritical);
+  EXPECT_EQ(Session::verdict(r->whole), "too_many_workers");
+  EXPECT_EQ(*num(f, "total_workers"), 6);
+  EXPECT_EQ(*num(f, "usable_cpus"), 2);
+  EXPECT_NEAR(*num(f, "run_queue_delay_pct"), 60, 1e-9);
+  EXPECT_NEAR(*num(f, "involuntary_cs_per_s"), 200, 1e-9);
+  EXPECT_NEAR(*num(f, "worker_cpu_pct"), 33, 1e-9);
+  // floor(2 usable) - 1, never os.cpu_count() (64 online here).
+  EXPECT_EQ(*num(f, "recommended_num_workers"), 1);
+  EXPECT_NE(f.fix.find("num_workers=1"), std::string::npos) << f.fix;
+  EXPECT_NE(f.why.find("main process"), std::string::npos);
+  // The heavy __getitem__ is reported too, but as a partial cause.
+  const report::Finding* g = find(r->whole, "slow_getitem");
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->severity, report::Severity::kWarning);
+  EXPECT_EQ(Session::verdict(r->recent), "too_many_workers");
+}
+
+TEST(AnalyzeTooManyWorkers, FlipsAtRunQueueDelayThreshold) {
+  Loader l = oversubscribed(0.45);
+  auto below = run(l, procs(l, 60.0, 45.0, 19.9, 200.0), 2);
+  EXPECT_EQ(find(below->whole, "too_many_workers"), nullptr);
+  EXPECT_EQ(Session::verdict(below->whole), "slow_getitem");
+  auto above = run(l, procs(l, 60.0, 45.0, 20.1, 200.0), 2);
+  EXPECT_EQ(Session::verdict(above->whole), "too_many_workers");
+}
+
+TEST(AnalyzeTooManyWorkers, WithoutRunQueueDelayInvoluntarySwitchesProveIt) {
+  Loader l = oversubscribed(0.6);
+  auto below = run(l, procs(l, 60.0, 60.0, std::nullopt, 29.0), 2);
+  EXPECT_EQ(find(below->whole, "too_many_workers"), nullptr);
+  auto above = run(l, procs(l, 60.0, 60.0, std::nullopt, 31.0), 2);
+  EXPECT_EQ(Session::verdict(above->whole), "too_many_workers");
+}
+
+TEST(AnalyzeTooManyWorkers, UnmeasuredContentionIsOnlyAWarning) {
+  Loader l = oversubscribed(0.6);
+  auto r = run(l, {}, 2);
+  const report::Finding* f = find(r->whole, "too_many_workers");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->severity, report::Severity::kWarning);
+  EXPECT_EQ(*text(*f, "run_queue_delay_pct"), "unknown");
+  EXPECT_EQ(*num(*f, "total_workers"), 6);  // counted from the workers' events
+}
+
+TEST(AnalyzeTooManyWorkers, NotWhenWorkersFitTheCpus) {
+  Loader l = oversubscribed();
+  l.num_workers = 2;
+  l.fetch_ms = 100;
+  auto r = run(l, procs(l, 60.0, 33.0, 60.0, 200.0), 2);
+  EXPECT_EQ(find(r->whole, "too_many_workers"), nullptr);
+}
+
+TEST(AnalyzeTooManyWorkers, NotWhenTheLoaderKeepsUp) {
+  Loader l = oversubscribed();
+  l.fetch_ms = 60;  // 6 workers supply 100 batches/s, the loop wants 50
+  auto r = run(l, procs(l, 60.0, 33.0, 60.0, 200.0), 2);
+  EXPECT_TRUE(r->whole.empty()) << ids(r->whole).front();
+}
+
+TEST(AnalyzeTooManyWorkers, NotWhenUsableCpusAreUnknown) {
+  Loader l = oversubscribed();
+  auto r = run(l, procs(l, 60.0, 33.0, 60.0, 200.0), std::nullopt);
+  EXPECT_EQ(find(r->whole, "too_many_workers"), nullptr);
+}
+
+TEST(AnalyzeTooManyWorkers, SplitsTheBudgetAcrossLoaders) {
+  Session s;
+  s.set_facts(facts(4));
+  Loader a = oversubscribed(), b = oversubscribed();
+  a.num_workers = 4;
+  b.id = 1;
+  b.num_workers = 2;
+  b.worker_pid0 = 3000;
+  feed(s, a, kT0, 20);
+  feed(s, b, kT0, 20);
+  std::vector<Proc> ps = procs(a, 60.0, 33.0, 60.0, 200.0);
+  for (const Proc& p : procs(b, 60.0, 33.0, 60.0, 200.0))
+    if (p.pid != b.main_pid) ps.push_back(p);
+  feed_passes(s, kT0, 20, ps);
+  auto fs = s.findings(0, Window::kWholeRun);
+  ASSERT_FALSE(fs.empty());
+  EXPECT_EQ(fs[0].id, "too_many_workers");
+  EXPECT_EQ(fs[0].loader, -1);
+  EXPECT_EQ(*num(fs[0], "total_workers"), 6);
+  // 3 workers (4 usable - 1) in proportion 4:2.
+  EXPECT_NE(fs[0].fix.find("loader 0 num_workers=2"), std::string::npos) << fs[0].fix;
+  EXPECT_NE(fs[0].fix.find("loader 1 num_workers=1"), std::string::npos) << fs[0].fix;
+}
+
+}  // namespace
+}  // namespace dldoctor::analyze

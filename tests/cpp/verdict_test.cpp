@@ -1,0 +1,125 @@
+// How a report is decided: severity, then tier, then score; the verdict is the top critical
+// finding; a hang's diagnosis merged with the run's findings, a lost batch leading the hang
+// it caused; "unknown" when there was nothing to diagnose.
+#include "dldoctor_core/analyze/verdict.hpp"
+
+#include <gtest/gtest.h>
+
+#include "analyze_sim.hpp"
+
+namespace dldoctor::analyze {
+namespace {
+
+report::Finding finding(std::string id, report::Severity s, report::Tier t, double score) {
+  report::Finding f;
+  f.id = std::move(id);
+  f.severity = s;
+  f.tier = t;
+  f.score = score;
+  return f;
+}
+
+constexpr auto kCritical = report::Severity::kCritical;
+constexpr auto kWarning = report::Severity::kWarning;
+constexpr auto kInfo = report::Severity::kInfo;
+
+TEST(AnalyzeVerdict, CriticalFirstThenScore) {
+  std::vector<report::Finding> fs(4);
+  fs[0].id = "main_process_bound";
+  fs[0].severity = report::Severity::kInfo;
+  fs[0].score = 1;
+  fs[1].id = "slow_getitem";
+  fs[1].severity = report::Severity::kWarning;
+  fs[1].score = 0.9;
+  fs[2].id = "io_bound";
+  fs[2].severity = report::Severity::kCritical;
+  fs[2].score = 0.2;
+  fs[3].id = "slow_collate";
+  fs[3].severity = report::Severity::kCritical;
+  fs[3].score = 0.5;
+  EXPECT_EQ(Session::verdict(fs), "slow_collate");
+  order_findings(fs);
+  EXPECT_EQ(sim::ids(fs), (std::vector<std::string>{"slow_collate", "io_bound", "slow_getitem",
+                                                    "main_process_bound"}));
+  EXPECT_EQ(Session::verdict({fs[1]}), "io_bound");
+  EXPECT_EQ(Session::verdict({fs[2], fs[3]}), "healthy");
+  EXPECT_EQ(Session::verdict({}), "healthy");
+}
+
+TEST(AnalyzeVerdict, TierRanksBeforeScoreWithinASeverity) {
+  std::vector<report::Finding> fs = {
+      finding("slow_getitem", kCritical, report::Tier::kMeasure, 0.9),
+      finding("worker_died", kCritical, report::Tier::kDeath, 1),
+      finding("shm_exhausted", kCritical, report::Tier::kFailure, 0),
+      finding("worker_hang", kCritical, report::Tier::kHang, 60),
+      finding("collate_deadlock", kCritical, report::Tier::kHangAwaited, 60),
+      finding("main_process_bound", kInfo, report::Tier::kHang, 60),
+      finding("fd_limit", kWarning, report::Tier::kMeasure, 0.8),
+  };
+  order_findings(fs);
+  EXPECT_EQ(sim::ids(fs), (std::vector<std::string>{"collate_deadlock", "worker_hang",
+                                                    "shm_exhausted", "worker_died", "slow_getitem",
+                                                    "fd_limit", "main_process_bound"}));
+  EXPECT_EQ(verdict(fs), "collate_deadlock");
+  // Equal tier and score keep the rules' order.
+  std::vector<report::Finding> tie = {
+      finding("shm_exhausted", kCritical, report::Tier::kFailure, 0),
+      finding("cuda_oom", kCritical, report::Tier::kFailure, 0)};
+  order_findings(tie);
+  EXPECT_EQ(sim::ids(tie), (std::vector<std::string>{"shm_exhausted", "cuda_oom"}));
+}
+
+TEST(AnalyzeVerdict, HangReplacesTheRunsFindingsOfItsIdsAndLeads) {
+  std::vector<report::Finding> run = {
+      finding("slow_getitem", kCritical, report::Tier::kMeasure, 0.9),
+      finding("worker_died", kCritical, report::Tier::kDeath, 2),
+      finding("main_process_bound", kInfo, report::Tier::kMeasure, 0.99),
+  };
+  std::vector<report::Finding> hang = {
+      finding("worker_died", kCritical, report::Tier::kHangAwaited, 61),
+      finding("worker_hang", kCritical, report::Tier::kHang, 61),
+  };
+  auto fs = with_hang(run, hang);
+  EXPECT_EQ(sim::ids(fs), (std::vector<std::string>{"worker_died", "worker_hang", "slow_getitem",
+                                                    "main_process_bound"}));
+  EXPECT_EQ(fs[0].tier, report::Tier::kHangAwaited);  // the hang's, not the run's
+  EXPECT_EQ(verdict(fs), "worker_died");
+}
+
+TEST(AnalyzeVerdict, ABatchLostByAWorkerLeadsTheHangItCaused) {
+  auto lost = finding("shm_exhausted", kCritical, report::Tier::kFailure, 0);
+  lost.add(kBatchesLost, 1.0);
+  lost.why = "Why.";
+  auto kept = finding("fd_limit", kCritical, report::Tier::kFailure, 0);  // lost nothing
+  std::vector<report::Finding> hang = {
+      finding("worker_hang", kCritical, report::Tier::kHangAwaited, 9)};
+  auto fs = with_hang({lost, kept}, hang);
+  EXPECT_EQ(sim::ids(fs), (std::vector<std::string>{"shm_exhausted", "worker_hang", "fd_limit"}));
+  EXPECT_EQ(fs[0].tier, report::Tier::kLostBatchHang);
+  EXPECT_NE(fs[0].why.find("The hang is its consequence"), std::string::npos) << fs[0].why;
+  EXPECT_EQ(verdict(fs), "shm_exhausted");
+  // Without a critical hang finding (the main process stuck elsewhere), nothing is promoted.
+  std::vector<report::Finding> info = {
+      finding("main_process_bound", kInfo, report::Tier::kHang, 9)};
+  auto calm = with_hang({lost}, info);
+  EXPECT_EQ(calm[0].tier, report::Tier::kFailure);
+  EXPECT_EQ(calm[0].why, "Why.");
+  // A warning that lost nothing is not the hang's cause either.
+  auto risk = finding("fd_limit", kWarning, report::Tier::kMeasure, 0.8);
+  risk.add(kBatchesLost, 0.0);
+  EXPECT_EQ(with_hang({risk}, hang)[1].tier, report::Tier::kMeasure);
+}
+
+TEST(AnalyzeVerdict, UnknownOnlyWhenNothingWasSeen) {
+  EXPECT_EQ(decide({}, false, false).verdict, "unknown");
+  EXPECT_EQ(decide({}, true, false).verdict, "healthy");
+  EXPECT_EQ(decide({}, false, true).verdict, "healthy");
+  auto d = decide({finding("io_bound", kWarning, report::Tier::kMeasure, 0.3),
+                   finding("slow_getitem", kCritical, report::Tier::kMeasure, 0.1)},
+                  true, false);
+  EXPECT_EQ(d.verdict, "slow_getitem");
+  EXPECT_EQ(sim::ids(d.findings), (std::vector<std::string>{"slow_getitem", "io_bound"}));
+}
+
+}  // namespace
+}  // namespace dldoctor::analyze
