@@ -7,6 +7,7 @@ runnable by hand (`python tests/scenarios/slow_getitem.py`) and under `dldoctor 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 
@@ -15,6 +16,12 @@ def parser(doc: str) -> argparse.ArgumentParser:
     ap.add_argument("--seconds", type=float, default=8.0, help="how long the loop runs")
     ap.add_argument("--healthy", action="store_true", help="run the healthy twin")
     return ap
+
+
+def join_cgroup(path: str) -> None:
+    """Moves this process (and so the workers it starts later) into the cgroup `path`."""
+    with open(os.path.join(path, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
 
 
 def burn_cpu(seconds: float) -> int:
