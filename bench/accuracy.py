@@ -1,6 +1,8 @@
 """Diagnosis accuracy: every scenario of tests/scenarios/catalog.py run under `dldoctor run`,
-each --repeat times; prints a confusion table (expected id x verdict and findings) and the
-false-positive rate on the healthy twins (runs with any warning or critical finding).
+each --repeat times; prints a confusion table (expected id x verdict and findings), the
+false-positive rate on the healthy twins (runs with any warning or critical finding, or
+the id a "no <id>" twin must not report), and when the early notice named the expected
+finding while the job ran (seconds from its start, median over the runs).
 
     python bench/accuracy.py [--repeat N] [--only SUBSTR ...] [--json F]
 
@@ -15,6 +17,7 @@ import argparse
 import collections
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -67,6 +70,8 @@ def run_one(entry: dict, tmp: str) -> dict:
         }
     res = judge(entry, r.report)
     res["returncode"] = r.returncode
+    if not catalog.is_twin(entry):
+        res["notice_s"] = r.notice_s(entry["expect"])  # named while it ran, after so long
     res["seconds"] = time.monotonic() - start
     if r.report is None:
         res["reason"] = (r.stderr.strip().splitlines() or ["no report"])[-1]
@@ -145,16 +150,18 @@ def main() -> int:
                 progress.advance(task)
 
     # Per scenario: expected against what came out.
-    rows = [["scenario", "expected", "ok", "verdicts", "warning/critical findings"]]
+    rows = [["scenario", "expected", "ok", "named at", "verdicts", "warning/critical findings"]]
     for e in entries:
         rs = results[e["name"]]
         ran = [r for r in rs if r["outcome"] != "skipped"]
         ok = sum(r["outcome"] == "ok" for r in ran)
+        named = sorted(r["notice_s"] for r in ran if r.get("notice_s") is not None)
         rows.append(
             [
                 e["name"],
                 e["expect"] + (f" ({e['severity']})" if e.get("severity") else ""),
                 f"{ok}/{len(ran)}" if ran else "skipped",
+                f"{statistics.median(named):.1f} s" if named else "-",
                 counts(r["verdict"] or "no report" for r in ran),
                 counts(i for r in ran for i in sorted(set(r["loud"]))),
             ]

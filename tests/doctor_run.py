@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -48,6 +49,14 @@ class DoctorRun:
             for f in (self.report or {}).get("findings", [])
             if f["severity"] in ("warning", "critical")
         ]
+
+    def notice_s(self, fid: str) -> float | None:
+        """Seconds from the job's start to the early notice naming `fid` while it ran (the
+        line `dldoctor: [7.3 s] slow_getitem: ...`), None when there was none."""
+        m = re.search(
+            rf"^dldoctor: \[([0-9.]+) s\] (?:warning, )?{re.escape(fid)}:", self.stderr, re.M
+        )
+        return float(m.group(1)) if m else None
 
 
 def run_doctor(

@@ -29,7 +29,7 @@ def test_scenario(entry, tmp_path):
         f = r.finding(entry["expect"])
         least = entry.get("severity", "warning")
         assert SEVERITY[f["severity"]] >= SEVERITY[least], f
-    check_run(r, checks)
+    check_run(r, checks, entry["expect"])
 
 
 def test_every_script_has_a_scenario():
@@ -44,8 +44,10 @@ def test_every_script_has_a_scenario():
 # --- the checks of an entry ----------------------------------------------------------------------
 
 
-def check_run(r: DoctorRun, checks: dict) -> None:
+def check_run(r: DoctorRun, checks: dict, expect: str = "") -> None:
     report = r.report
+    if checks.get("notice"):  # named while the job ran, not only at its end
+        assert r.notice_s(expect) is not None, r.stderr
     if "verdict" in checks:
         assert report["verdict"] == checks["verdict"], report["findings"]
     if "ids" in checks:
@@ -144,7 +146,8 @@ def test_checks_fail_where_the_run_differs():
         "evidence": {"n": 3, "m": 40, "s": "abc"},
     }
     report = {"verdict": "healthy", "findings": [finding], "loaders": [{"batches": 9}]}
-    r = DoctorRun(0, "", "the stderr", report, seconds=4.0)
+    stderr = "the stderr\ndldoctor: [3.2 s] x: a title\n"
+    r = DoctorRun(0, "", stderr, report, seconds=4.0)
     good = {
         "verdict": "healthy",
         "ids": ["x"],
@@ -152,6 +155,7 @@ def test_checks_fail_where_the_run_differs():
         "report": {"loaders.0.batches": {">": 8, "<=": 9}, "hang": {"present": False}},
         "stderr": {"contains": "stderr"},
         "wall_s": {"<": 5},
+        "notice": True,
         "findings": {
             "x": {
                 "severity": "warning",
@@ -165,7 +169,8 @@ def test_checks_fail_where_the_run_differs():
             }
         },
     }
-    check_run(r, good)
+    check_run(r, good, "x")
+    assert r.notice_s("x") == 3.2 and r.notice_s("y") is None
     bad = [
         {"verdict": "x"},
         {"ids": []},
@@ -185,4 +190,6 @@ def test_checks_fail_where_the_run_differs():
     ]
     for checks in bad:
         with pytest.raises(AssertionError):
-            check_run(r, checks)
+            check_run(r, checks, "x")
+    with pytest.raises(AssertionError):
+        check_run(r, {"notice": True}, "y")

@@ -25,6 +25,8 @@ bench/accuracy.py runs them all and prints a confusion table. Each entry:
                    report      {path: condition} on the report ("loaders.0.batches")
                    stderr      condition on dldoctor's and the job's stderr
                    wall_s      condition on the wall time of the whole run
+                   notice      True: an early notice named `expect` while the job ran (a
+                               steady bottleneck; bench/accuracy.py reports when)
                    findings    {id: {"severity": ..., "evidence": {key: condition},
                                      "relations": [(key, op, key[, factor])],
                                      field: condition}} where field is a finding key
@@ -67,6 +69,7 @@ SCENARIOS: list[dict] = [
         "expect": "too_many_workers",
         "checks": {
             "verdict": "too_many_workers",
+            "notice": True,
             "findings": {
                 "too_many_workers": {
                     "evidence": {
@@ -92,6 +95,7 @@ SCENARIOS: list[dict] = [
         "expect": "slow_getitem",
         "checks": {
             "verdict": "slow_getitem",
+            "notice": True,
             "findings": {
                 "slow_getitem": {
                     "evidence": {
@@ -118,6 +122,7 @@ SCENARIOS: list[dict] = [
         "expect": "slow_collate",
         "checks": {
             "verdict": "slow_collate",
+            "notice": True,
             "absent": ["slow_getitem"],
             "findings": {"slow_collate": {"evidence": {"collate_p50_ms": {">": 20}}}},
         },
@@ -136,6 +141,7 @@ SCENARIOS: list[dict] = [
         "expect": "io_bound",
         "checks": {
             "verdict": "io_bound",
+            "notice": True,
             "findings": {
                 "io_bound": {
                     "evidence": {"worker_on_cpu_fraction": {"<": 0.3}},  # waiting, not computing
@@ -158,6 +164,7 @@ SCENARIOS: list[dict] = [
         "needs": {"root": True},
         "checks": {
             "verdict": "io_bound",
+            "notice": True,
             "findings": {
                 "io_bound": {
                     "evidence": {
@@ -559,6 +566,7 @@ SCENARIOS: list[dict] = [
         "needs": TWO_CPUS,
         "checks": {
             "verdict": "thread_oversubscription",
+            "notice": True,
             "findings": {
                 "thread_oversubscription": {
                     # The slowdown signals: many threads per worker that want a CPU, and they queue.
@@ -660,6 +668,7 @@ SCENARIOS: list[dict] = [
         "expect": "straggler_worker",
         "checks": {
             "verdict": "straggler_worker",
+            "notice": True,
             "findings": {
                 "straggler_worker": {
                     "evidence": {"head_of_line_wait_s": {">": 0.5}},
