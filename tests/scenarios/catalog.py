@@ -705,17 +705,6 @@ def by_name(name: str) -> dict:
     raise KeyError(f"no scenario {name!r} in the catalog")
 
 
-def script_path(entry: dict) -> str:
-    return os.path.join(HERE, entry["script"] + ".py")
-
-
-def available(entries: list[dict] | None = None) -> list[dict]:
-    """The entries whose script exists (others are being written elsewhere)."""
-    return [
-        e for e in (SCENARIOS if entries is None else entries) if os.path.exists(script_path(e))
-    ]
-
-
 def is_twin(entry: dict) -> bool:
     """A healthy twin: expected to produce no warning or critical finding of any kind."""
     return entry["expect"] == "healthy" or entry["expect"].startswith("no ")
