@@ -8,17 +8,8 @@ Healthy twin (`--healthy`): the same loop ends on its own after --seconds.
 import sys
 import time
 
-import torch
-from _common import parser
-from torch.utils.data import DataLoader, Dataset
-
-
-class Numbers(Dataset):
-    def __len__(self):
-        return 1_000_000
-
-    def __getitem__(self, i):
-        return torch.full((8,), float(i))
+from _common import Numbers, parser
+from torch.utils.data import DataLoader
 
 
 def main():

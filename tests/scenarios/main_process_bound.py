@@ -7,22 +7,13 @@ step): quiet, no finding at all, verdict healthy.
 
 import time
 
-import torch
-from _common import burn_cpu, consume, parser
-from torch.utils.data import DataLoader, Dataset
-
-
-class Small(Dataset):
-    def __len__(self):
-        return 100_000
-
-    def __getitem__(self, i):
-        return torch.full((64,), float(i))
+from _common import Numbers, burn_cpu, consume, parser
+from torch.utils.data import DataLoader
 
 
 def main():
     args = parser(__doc__).parse_args()
-    loader = DataLoader(Small(), batch_size=16, num_workers=1)
+    loader = DataLoader(Numbers(64), batch_size=16, num_workers=1)
     step = (lambda b: time.sleep(0.05)) if args.healthy else (lambda b: burn_cpu(0.05))
     print("batches:", consume(loader, args.seconds, step=step))
 

@@ -8,17 +8,8 @@ without one nothing is pinned. Healthy twin (`--healthy`): the same loader, pin_
 
 import time
 
-import torch
-from _common import consume, parser
-from torch.utils.data import DataLoader, Dataset
-
-
-class Numbers(Dataset):
-    def __len__(self):
-        return 1_000_000
-
-    def __getitem__(self, i):
-        return torch.full((8,), float(i))
+from _common import Numbers, consume, parser
+from torch.utils.data import DataLoader
 
 
 def main():

@@ -19,9 +19,8 @@ import os
 import sys
 import time
 
-import torch
-from _common import consume, join_cgroup, parser
-from torch.utils.data import DataLoader, Dataset
+from _common import Numbers, consume, join_cgroup, parser
+from torch.utils.data import DataLoader
 
 MIB = 1 << 20
 FULL = 0.94  # of the limit: under the 10% of headroom that makes memory short
@@ -70,14 +69,6 @@ def held_by(cg: str) -> int:
     return max(0, usage)
 
 
-class Features(Dataset):
-    def __len__(self):
-        return 1_000_000
-
-    def __getitem__(self, i):
-        return torch.full((64,), float(i))
-
-
 def main():
     ap = parser(__doc__)
     ap.add_argument("--cgroup", help="memory cgroup directory to join before the loader starts")
@@ -98,7 +89,7 @@ def main():
             table.append(bytearray(b"\x01") * CHUNK)  # touched: really resident
         time.sleep(0.02)
 
-    loader = DataLoader(Features(), batch_size=16, num_workers=1)
+    loader = DataLoader(Numbers(64), batch_size=16, num_workers=1)
     print("batches:", consume(loader, args.seconds, step))
     print(f"held {held_by(cg) / MIB:.0f} of {limit / MIB:.0f} MiB", file=sys.stderr)
 
