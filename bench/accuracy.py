@@ -1,6 +1,8 @@
 """Diagnosis accuracy: every scenario of tests/scenarios/catalog.py run under `dldoctor run`,
-each --repeat times; prints a confusion table (expected id x verdict and findings) and the
-false-positive rate on the healthy twins (runs with any warning or critical finding).
+each --repeat times; prints a confusion table (expected id x verdict and findings), the
+false-positive rate on the healthy twins (runs with any warning or critical finding, or
+the id a "no <id>" twin must not report), and when the early notice named the expected
+finding while the job ran (seconds from its start, median over the runs).
 
     python bench/accuracy.py [--repeat N] [--only SUBSTR ...] [--json F]
 
@@ -13,50 +15,24 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "scenarios")]
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-import catalog  # noqa: E402
-from doctor_run import run_doctor, scenario  # noqa: E402
+from doctor_run import catalog, run_entry_once  # noqa: E402
 
 SEVERITY = {"info": 0, "warning": 1, "critical": 2}
 
 
-class Skip(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def fault(entry: dict):
-    """(prefix, extra job args) for the entry's needs; raises Skip where refused."""
-    import pytest  # tests/_faults.py says no with pytest.skip
-
-    import _faults
-
-    needs = entry.get("needs") or {}
-    try:
-        if needs.get("root") and os.geteuid() != 0:
-            raise Skip("needs root")
-        if "shm_mib" in needs:
-            yield _faults.namespace_cmd([], shm_mib=needs["shm_mib"]), []
-        elif "memory_cgroup_mib" in needs:
-            with _faults.memory_limit_cgroup(needs["memory_cgroup_mib"] << 20) as cg:
-                yield [], ["--cgroup", cg.path]
-        else:
-            yield [], []
-    except pytest.skip.Exception as e:
-        raise Skip(str(e)) from None
-
-
 def judge(entry: dict, report: dict | None) -> dict:
-    """What one run produced against what the entry expects."""
+    """What one run produced against what the entry expects (its `expect`; the entry's other
+    checks are the tests')."""
     if report is None:
         return {"outcome": "error", "verdict": None, "loud": [], "ids": []}
     findings = report.get("findings") or []
@@ -64,39 +40,38 @@ def judge(entry: dict, report: dict | None) -> dict:
     ids = [f["id"] for f in findings]
     expect = entry["expect"]
     if catalog.is_twin(entry):
-        absent = expect[3:] if expect.startswith("no ") else None
-        ok = not loud and (absent is None or absent not in loud)
+        ok = not loud and catalog.absent_id(entry) not in ids
         outcome = "ok" if ok else "false_positive"
     else:
         least = SEVERITY[entry.get("severity", "warning")]
-        hit = any(f["id"] == expect and SEVERITY.get(f.get("severity"), 0) >= least
-                  for f in findings)
+        hit = any(
+            f["id"] == expect and SEVERITY.get(f.get("severity"), 0) >= least for f in findings
+        )
         outcome = "ok" if hit else "missed"
     return {"outcome": outcome, "verdict": report.get("verdict"), "loud": loud, "ids": ids}
 
 
 def run_one(entry: dict, tmp: str) -> dict:
+    import pytest  # tests/_faults.py and doctor_run say no with pytest.skip
+
     start = time.monotonic()
     try:
-        with fault(entry) as (prefix, extra):
-            r = run_doctor(
-                scenario(entry["script"], *entry.get("args", []), *extra),
-                tmp,
-                entry.get("doctor_args", ()),
-                timeout=entry.get("timeout", 120),
-                prefix=prefix,
-            )
-    except Skip as e:
+        r = run_entry_once(entry, tmp)
+    except pytest.skip.Exception as e:
         return {"outcome": "skipped", "reason": str(e), "seconds": time.monotonic() - start}
     except Exception as e:  # a timeout or a crash of the runner: counted, never fatal
-        return {"outcome": "error", "reason": f"{type(e).__name__}: {e}", "verdict": None,
-                "loud": [], "ids": [], "seconds": time.monotonic() - start}
-    if r.returncode == 77:  # the scenario itself found the fault refused
-        lines = r.stdout.strip().splitlines()
-        return {"outcome": "skipped", "reason": lines[-1] if lines else "refused",
-                "seconds": time.monotonic() - start}
+        return {
+            "outcome": "error",
+            "reason": f"{type(e).__name__}: {e}",
+            "verdict": None,
+            "loud": [],
+            "ids": [],
+            "seconds": time.monotonic() - start,
+        }
     res = judge(entry, r.report)
     res["returncode"] = r.returncode
+    if not catalog.is_twin(entry):
+        res["notice_s"] = r.notice_s(entry["expect"])  # named while it ran, after so long
     res["seconds"] = time.monotonic() - start
     if r.report is None:
         res["reason"] = (r.stderr.strip().splitlines() or ["no report"])[-1]
@@ -128,26 +103,34 @@ def main() -> int:
         print("--repeat must be at least 1", file=sys.stderr)
         return 2
 
-    entries = catalog.available()
-    missing = [e["name"] for e in catalog.SCENARIOS if e not in entries]
+    entries = catalog.SCENARIOS
     if args.only:
         entries = [e for e in entries if any(s in e["name"] for s in args.only)]
     if not entries:
         print("no scenario matches", file=sys.stderr)
         return 2
     total = len(entries) * args.repeat
-    print(f"{len(entries)} scenarios x {args.repeat} run(s) = {total} runs"
-          + (f"; not yet written: {', '.join(missing)}" if missing else ""), flush=True)
+    print(
+        f"{len(entries)} scenarios x {args.repeat} run(s) = {total} runs",
+        flush=True,
+    )
 
     results: dict[str, list[dict]] = {e["name"]: [] for e in entries}
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
-    with tempfile.TemporaryDirectory(prefix="dldoctor-accuracy-") as tmp, Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=True,
-    ) as progress:
+    with (
+        tempfile.TemporaryDirectory(prefix="dldoctor-accuracy-") as tmp,
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress,
+    ):
         task = progress.add_task("runs", total=total)
         for rep in range(args.repeat):
             for e in entries:
@@ -155,32 +138,45 @@ def main() -> int:
                 res = run_one(e, tmp)
                 results[e["name"]].append(res)
                 detail = res.get("reason") or (
-                    f"verdict {res['verdict']}, loud [{', '.join(res['loud'])}]")
-                progress.console.print(f"{e['name']} #{rep + 1}: {res['outcome']} "
-                                       f"({detail}; {res['seconds']:.1f} s)",
-                                       markup=False, highlight=False)
+                    f"verdict {res['verdict']}, loud [{', '.join(res['loud'])}]"
+                )
+                progress.console.print(
+                    f"{e['name']} #{rep + 1}: {res['outcome']} ({detail}; {res['seconds']:.1f} s)",
+                    markup=False,
+                    highlight=False,
+                )
                 progress.advance(task)
 
     # Per scenario: expected against what came out.
-    rows = [["scenario", "expected", "ok", "verdicts", "warning/critical findings"]]
+    rows = [["scenario", "expected", "ok", "named at", "verdicts", "warning/critical findings"]]
     for e in entries:
         rs = results[e["name"]]
         ran = [r for r in rs if r["outcome"] != "skipped"]
         ok = sum(r["outcome"] == "ok" for r in ran)
-        rows.append([
-            e["name"],
-            e["expect"] + (f" ({e['severity']})" if e.get("severity") else ""),
-            f"{ok}/{len(ran)}" if ran else "skipped",
-            counts(r["verdict"] or "no report" for r in ran),
-            counts(i for r in ran for i in sorted(set(r["loud"]))),
-        ])
+        named = sorted(r["notice_s"] for r in ran if r.get("notice_s") is not None)
+        rows.append(
+            [
+                e["name"],
+                e["expect"] + (f" ({e['severity']})" if e.get("severity") else ""),
+                f"{ok}/{len(ran)}" if ran else "skipped",
+                f"{statistics.median(named):.1f} s" if named else "-",
+                counts(r["verdict"] or "no report" for r in ran),
+                counts(i for r in ran for i in sorted(set(r["loud"]))),
+            ]
+        )
     print()
     print(table(rows))
 
     # Confusion: expected label x verdict.
     labels = sorted({e["expect"] if not catalog.is_twin(e) else "healthy twin" for e in entries})
-    verdicts = sorted({r["verdict"] or "no report" for rs in results.values() for r in rs
-                       if r["outcome"] != "skipped"})
+    verdicts = sorted(
+        {
+            r["verdict"] or "no report"
+            for rs in results.values()
+            for r in rs
+            if r["outcome"] != "skipped"
+        }
+    )
     grid = collections.Counter()
     for e in entries:
         label = e["expect"] if not catalog.is_twin(e) else "healthy twin"
@@ -189,23 +185,44 @@ def main() -> int:
                 grid[(label, r["verdict"] or "no report")] += 1
     print()
     print("expected \\ verdict")
-    print(table([["", *verdicts]] + [[lab, *(str(grid[(lab, v)] or ".") for v in verdicts)]
-                                     for lab in labels]))
+    print(
+        table(
+            [["", *verdicts]]
+            + [[lab, *(str(grid[(lab, v)] or ".") for v in verdicts)] for lab in labels]
+        )
+    )
 
-    faults = [r for e in entries if not catalog.is_twin(e) for r in results[e["name"]]
-              if r["outcome"] != "skipped"]
-    twins = [r for e in entries if catalog.is_twin(e) for r in results[e["name"]]
-             if r["outcome"] != "skipped"]
+    faults = [
+        r
+        for e in entries
+        if not catalog.is_twin(e)
+        for r in results[e["name"]]
+        if r["outcome"] != "skipped"
+    ]
+    twins = [
+        r
+        for e in entries
+        if catalog.is_twin(e)
+        for r in results[e["name"]]
+        if r["outcome"] != "skipped"
+    ]
     found = sum(r["outcome"] == "ok" for r in faults)
     fps = sum(r["outcome"] == "false_positive" for r in twins)
-    skipped = [f"{name} ({rs[0].get('reason')})" for name, rs in results.items()
-               if rs and all(r["outcome"] == "skipped" for r in rs)]
+    skipped = [
+        f"{name} ({rs[0].get('reason')})"
+        for name, rs in results.items()
+        if rs and all(r["outcome"] == "skipped" for r in rs)
+    ]
     print()
     if faults:
-        print(f"expected finding found: {found}/{len(faults)} runs ({100 * found / len(faults):.0f}%)")
+        print(
+            f"expected finding found: {found}/{len(faults)} runs ({100 * found / len(faults):.0f}%)"
+        )
     if twins:
-        print(f"false positives on healthy twins: {fps}/{len(twins)} runs "
-              f"({100 * fps / len(twins):.0f}%)")
+        print(
+            f"false positives on healthy twins: {fps}/{len(twins)} runs "
+            f"({100 * fps / len(twins):.0f}%)"
+        )
     if skipped:
         print("skipped: " + "; ".join(skipped))
     if args.json:

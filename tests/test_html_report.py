@@ -129,7 +129,7 @@ def test_series_in_the_json_report(slow_getitem_run):
 def test_html_after_a_hang_shows_the_stuck_workers_stack(tmp_path):
     page = str(tmp_path / "hang.html")
     r = run_doctor(
-        scenario("getitem_hang", "--seconds", "30"),
+        scenario("worker_hang", "--seconds", "30"),
         tmp_path,
         ("--hang-timeout", "3", "--on-hang", "abort", "--html", page),
     )

@@ -172,7 +172,7 @@ def test_live_panel_and_hang_report_share_the_terminal(tmux, tmp_path):
     scrollback), the panel goes on and says HANG, and Ctrl-C still ends it all cleanly."""
     report = str(tmp_path / "hang.json")
     done = str(tmp_path / "done")
-    job = scenario("getitem_hang", "--seconds", "120")
+    job = scenario("worker_hang", "--seconds", "120")
     cmd = [
         sys.executable,
         "-m",

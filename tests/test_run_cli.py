@@ -80,7 +80,7 @@ def test_shell_script_and_python_dash_m_are_instrumented(tmp_path):
         "job.sh",
         f"""\
         #!/bin/sh
-        exec "{sys.executable}" "{scenario("slow_consumer")[1]}" --seconds 2
+        exec "{sys.executable}" "{scenario("main_process_bound")[1]}" --healthy --seconds 2
         """,
     )
     os.chmod(sh, 0o755)

@@ -1,4 +1,4 @@
-"""Shared pieces of the scenario jobs: a training-like loop and CPU burners.
+"""Shared pieces of the scenario jobs: a training-like loop, cheap samples, CPU burners.
 
 Each scenario in this folder is a real job with a real bottleneck (or its healthy twin),
 runnable by hand (`python tests/scenarios/slow_getitem.py`) and under `dldoctor run`.
@@ -7,7 +7,11 @@ runnable by hand (`python tests/scenarios/slow_getitem.py`) and under `dldoctor 
 from __future__ import annotations
 
 import argparse
+import os
 import time
+
+import torch
+from torch.utils.data import Dataset
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
@@ -15,6 +19,25 @@ def parser(doc: str) -> argparse.ArgumentParser:
     ap.add_argument("--seconds", type=float, default=8.0, help="how long the loop runs")
     ap.add_argument("--healthy", action="store_true", help="run the healthy twin")
     return ap
+
+
+class Numbers(Dataset):
+    """Cheap samples: sample i is a tensor of `width` copies of i."""
+
+    def __init__(self, width: int = 8):
+        self.width = width
+
+    def __len__(self):
+        return 1_000_000
+
+    def __getitem__(self, i):
+        return torch.full((self.width,), float(i))
+
+
+def join_cgroup(path: str) -> None:
+    """Moves this process (and so the workers it starts later) into the cgroup `path`."""
+    with open(os.path.join(path, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
 
 
 def burn_cpu(seconds: float) -> int:

@@ -1,23 +1,50 @@
 """Every scenario job as data: how to run it under `dldoctor run` and what it must produce.
 
-A plain list other tools import (bench/accuracy.py runs them all and prints a confusion
-table). Each entry:
+The only list of scenarios: tests/test_scenarios.py runs each entry and checks it,
+bench/accuracy.py runs them all and prints a confusion table. Each entry:
 
     name         unique label, "<script>" or "<script>/<variant>"
-    script       tests/scenarios/<script>.py
+    script       tests/scenarios/<script>.py, named after the finding id it proves (its
+                 healthy twins are variants of the same script)
     args         the job's arguments
     doctor_args  arguments of `dldoctor run` before `--` (e.g. the hang doctor's)
     expect       a finding id the run must report (at `severity` or above), "healthy" (no
-                 warning or critical finding at all), or "no <id>" (that id must not be
-                 reported; the run is a healthy twin: any warning or critical finding in it is
-                 a false positive)
+                 warning or critical finding at all), or "no <id>" (a healthy twin that must
+                 not report that id at any severity, nor any warning or critical finding)
     severity     the least severity that counts for `expect` (default "warning")
     needs        the real fault to set up around it: {"shm_mib": N} (a mount namespace whose
                  /dev/shm is N MiB), {"memory_cgroup_mib": N} (a memory cgroup of N MiB whose
-                 path is passed as --cgroup), {"root": True}
+                 path is passed as --cgroup), {"root": True}, {"cpus": N} (at least N CPUs in
+                 the affinity), {"no_accelerator": True} (torch sees no CUDA device)
     timeout      seconds for the whole run (default 120)
+    known_false_positives
+                 {id: why} for a twin: a doctor defect seen on this run and not yet fixed.
+                 The test reports it as an expected failure (xfail, with the reason) instead
+                 of passing; bench/accuracy.py still counts it as a false positive.
+    checks       what else the run must show (read by tests/test_scenarios.py):
+                   returncode  the exit code of `dldoctor run` (default 0)
+                   verdict     the report's verdict
+                   ids         the exact list of finding ids, in order
+                   absent      ids that must not be reported at any severity
+                   report      {path: condition} on the report ("loaders.0.batches")
+                   stderr      condition on dldoctor's and the job's stderr
+                   wall_s      condition on the wall time of the whole run
+                   notice      True: an early notice named `expect` while the job ran (a
+                               steady bottleneck; bench/accuracy.py reports when)
+                   findings    {id: {"severity": ..., "evidence": {key: condition},
+                                     "relations": [(key, op, key[, factor])],
+                                     field: condition}} where field is a finding key
+                                (title, fix, why) or several joined by "|" (their texts
+                                joined, e.g. "fix|evidence.hot_functions")
+                 A condition is a value (equal), or a dict of: ">", ">=", "<", "<=" (numbers),
+                 "contains" / "lacks" (a substring, or a list of them), "startswith",
+                 "present" (True: the key exists; False: it does not), "nonempty" (True),
+                 "len" (the number of items).
+A check too specific for data lives in tests/test_<id>.py and reuses the entry's run
+(doctor_run.run_entry caches it).
 
-Scenarios whose script is not there yet are skipped by the runners (`available()`).
+NO_SCENARIO gives, for each finding id (or a case of one) that no entry produces, the reason
+it cannot be made here; tests/test_ids.py checks that every id has one or the other.
 """
 
 from __future__ import annotations
@@ -25,101 +52,673 @@ from __future__ import annotations
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+MIB = 1 << 20
 
-HANG = ["--hang-timeout", "3", "--on-hang", "abort"]
+HANG_TIMEOUT_S = 3
+HANG_BUDGET_S = 2  # DESIGN.md section 6: a hang is reported within hang-timeout + 2 s
+HANG = ["--hang-timeout", str(HANG_TIMEOUT_S), "--on-hang", "abort"]
+HANG_ABORT_RC = 124  # `dldoctor run --on-hang abort` ends the job and exits with 124
+NAMED_IN_TIME = {"stalled_s": {"<": HANG_TIMEOUT_S + HANG_BUDGET_S}}
 QUIET = ["-q"]
+SHM_MIB = 24  # the /dev/shm tmpfs of the shm scenarios
+OOM_MIB = 256  # the memory cgroup of the memory scenarios
+TWO_CPUS = {"cpus": 2}  # thread_oversubscription runs two workers on two CPUs
 
 SCENARIOS: list[dict] = [
     # -- throughput: field guide causes 1, 2, 4 ---------------------------------------------
-    {"name": "too_many_workers", "script": "too_many_workers", "args": ["--seconds", "7"],
-     "expect": "too_many_workers"},
-    {"name": "too_many_workers/healthy", "script": "too_many_workers",
-     "args": ["--healthy", "--seconds", "7"], "expect": "no too_many_workers"},
-    {"name": "slow_getitem", "script": "slow_getitem", "args": ["--seconds", "7"],
-     "expect": "slow_getitem"},
-    {"name": "slow_getitem/healthy", "script": "slow_getitem",
-     "args": ["--healthy", "--seconds", "7"], "expect": "healthy"},
-    {"name": "slow_collate", "script": "slow_collate", "args": ["--seconds", "7"],
-     "expect": "slow_collate"},
-    {"name": "slow_collate/healthy", "script": "slow_collate",
-     "args": ["--healthy", "--seconds", "7"], "expect": "healthy"},
-    {"name": "io_slow_source", "script": "io_slow_source", "args": ["--seconds", "7"],
-     "expect": "io_bound"},
-    {"name": "io_slow_source/healthy", "script": "io_slow_source",
-     "args": ["--healthy", "--seconds", "7"], "expect": "no io_bound"},
-    {"name": "io_throttled_disk", "script": "io_throttled_disk", "args": ["--seconds", "7"],
-     "expect": "io_bound", "needs": {"root": True}},
-    {"name": "slow_consumer", "script": "slow_consumer", "args": ["--seconds", "7"],
-     "expect": "healthy"},
-    {"name": "slow_consumer/busy", "script": "slow_consumer", "args": ["--busy", "--seconds", "7"],
-     "expect": "main_process_bound", "severity": "info"},
+    {
+        "name": "too_many_workers",
+        "script": "too_many_workers",
+        "args": ["--seconds", "7"],
+        "expect": "too_many_workers",
+        "checks": {
+            "verdict": "too_many_workers",
+            "notice": True,
+            "findings": {
+                "too_many_workers": {
+                    "evidence": {
+                        "total_workers": 6,
+                        "usable_cpus": 1,
+                        "run_queue_delay_pct": {">": 50},  # six busy workers share one core
+                    },
+                    "fix": {"contains": "num_workers=1"},
+                }
+            },
+        },
+    },
+    {
+        "name": "too_many_workers/healthy",
+        "script": "too_many_workers",
+        "args": ["--healthy", "--seconds", "7"],
+        "expect": "no too_many_workers",
+    },
+    {
+        "name": "slow_getitem",
+        "script": "slow_getitem",
+        "args": ["--seconds", "7"],
+        "expect": "slow_getitem",
+        "checks": {
+            "verdict": "slow_getitem",
+            "notice": True,
+            "findings": {
+                "slow_getitem": {
+                    "evidence": {
+                        "data_stall_fraction": {">": 0.5},
+                        "getitem_p50_ms": {">": 5},  # a 1600x1200 decode + resize per sample
+                    },
+                    # The sampled profile names the hot step, in the evidence and in the fix.
+                    "fix|evidence.hot_functions": {"contains": "decode_and_resize"},
+                }
+            },
+        },
+    },
+    {
+        "name": "slow_getitem/healthy",
+        "script": "slow_getitem",
+        "args": ["--healthy", "--seconds", "7"],
+        "expect": "healthy",
+        "checks": {"verdict": "healthy"},
+    },
+    {
+        "name": "slow_collate",
+        "script": "slow_collate",
+        "args": ["--seconds", "7"],
+        "expect": "slow_collate",
+        "checks": {
+            "verdict": "slow_collate",
+            "notice": True,
+            "absent": ["slow_getitem"],
+            "findings": {"slow_collate": {"evidence": {"collate_p50_ms": {">": 20}}}},
+        },
+    },
+    {
+        "name": "slow_collate/healthy",
+        "script": "slow_collate",
+        "args": ["--healthy", "--seconds", "7"],
+        "expect": "healthy",
+        "checks": {"verdict": "healthy"},
+    },
+    {
+        "name": "io_bound",
+        "script": "io_bound",
+        "args": ["--seconds", "7"],
+        "expect": "io_bound",
+        "checks": {
+            "verdict": "io_bound",
+            "notice": True,
+            "findings": {
+                "io_bound": {
+                    "evidence": {"worker_on_cpu_fraction": {"<": 0.3}},  # waiting, not computing
+                    "why": {"contains": "more workers than"},
+                }
+            },
+        },
+    },
+    {
+        "name": "io_bound/healthy",
+        "script": "io_bound",
+        "args": ["--healthy", "--seconds", "7"],
+        "expect": "no io_bound",
+    },
+    {
+        "name": "io_bound/disk",
+        "script": "io_bound",
+        "args": ["--source", "disk", "--seconds", "7"],
+        "expect": "io_bound",
+        "needs": {"root": True},
+        "checks": {
+            "verdict": "io_bound",
+            "notice": True,
+            "findings": {
+                "io_bound": {
+                    "evidence": {
+                        # The reads really went to the device (read_bytes), at about the
+                        # throttled rate.
+                        "storage_read_mb_per_s": {">": 0, "<": 8}
+                    }
+                }
+            },
+        },
+    },
+    {
+        "name": "io_bound/disk/healthy",
+        "script": "io_bound",
+        "args": ["--source", "disk", "--healthy", "--seconds", "7"],
+        "expect": "no io_bound",
+    },
+    {
+        "name": "main_process_bound",
+        "script": "main_process_bound",
+        "args": ["--seconds", "7"],
+        "expect": "main_process_bound",
+        "severity": "info",
+        "checks": {
+            "verdict": "healthy",
+            "ids": ["main_process_bound"],
+            "findings": {"main_process_bound": {"severity": "info"}},
+        },
+    },
+    {
+        "name": "main_process_bound/healthy",
+        "script": "main_process_bound",
+        "args": ["--healthy", "--seconds", "7"],
+        "expect": "healthy",
+        "checks": {
+            "verdict": "healthy",
+            "ids": [],
+            "report": {
+                "loaders": {"len": 1},
+                # The wait per batch is the queue hand-off alone.
+                "loaders.0.data_stall_pct": {"<": 15},
+            },
+        },
+    },
     # -- hangs: field guide cause 6 ----------------------------------------------------------
-    {"name": "collate_deadlock", "script": "collate_deadlock", "args": ["--seconds", "30"],
-     "doctor_args": HANG, "expect": "collate_deadlock"},
-    {"name": "collate_deadlock/healthy", "script": "collate_deadlock",
-     "args": ["--healthy", "--seconds", "6"], "doctor_args": HANG, "expect": "healthy"},
-    {"name": "getitem_hang", "script": "getitem_hang", "args": ["--seconds", "30"],
-     "doctor_args": HANG, "expect": "worker_hang"},
-    {"name": "getitem_hang/healthy", "script": "getitem_hang",
-     "args": ["--healthy", "--seconds", "4"], "doctor_args": HANG, "expect": "no worker_hang"},
+    {
+        "name": "collate_deadlock",
+        "script": "collate_deadlock",
+        "args": ["--seconds", "30"],
+        "doctor_args": HANG,
+        "expect": "collate_deadlock",
+        "checks": {
+            "returncode": HANG_ABORT_RC,
+            "verdict": "collate_deadlock",
+            # Named within the budget: the stall's own measure (NAMED_IN_TIME), and the
+            # whole run's wall time (which also pays for starting Python and torch twice).
+            "wall_s": {"<": 30},
+            "report": {"hang.snapshot.processes": {"nonempty": True}},
+            "findings": {
+                "collate_deadlock": {
+                    "evidence": {
+                        "frame": {"contains": "collate_with_stats"},
+                        "wait": "lock",
+                        "start_method": "fork",
+                        "main_threads_at_fork": {">=": 2},
+                        "main_thread_names_at_fork": {"contains": "stats-writer"},
+                        **NAMED_IN_TIME,
+                    },
+                    "fix": {"contains": "spawn"},
+                }
+            },
+        },
+    },
+    {
+        "name": "collate_deadlock/healthy",
+        "script": "collate_deadlock",
+        "args": ["--healthy", "--seconds", "6"],
+        "doctor_args": HANG,
+        "expect": "healthy",
+        "checks": {"verdict": "healthy", "report": {"hang": {"present": False}}},
+    },
+    {
+        "name": "worker_hang",
+        "script": "worker_hang",
+        "args": ["--seconds", "30"],
+        "doctor_args": HANG,
+        "expect": "worker_hang",
+        "checks": {
+            "returncode": HANG_ABORT_RC,
+            "verdict": "worker_hang",
+            "findings": {
+                "worker_hang": {
+                    "evidence": {
+                        "stage": "getitem",
+                        "frame": {"contains": "__getitem__"},
+                        **NAMED_IN_TIME,
+                    }
+                }
+            },
+        },
+    },
+    {
+        "name": "worker_hang/healthy",
+        "script": "worker_hang",
+        "args": ["--healthy", "--seconds", "4"],
+        "doctor_args": HANG,
+        "expect": "no worker_hang",
+        "checks": {"report": {"hang": {"present": False}}},
+    },
     # -- failures: field guide cause 3, worker deaths, fd limits -----------------------------
-    {"name": "shm_exhausted", "script": "shm_exhausted", "args": ["--seconds", "4"],
-     "doctor_args": QUIET, "expect": "shm_exhausted", "needs": {"shm_mib": 24}},
-    {"name": "shm_exhausted/tight", "script": "shm_exhausted", "args": ["--seconds", "4", "--tight"],
-     "doctor_args": QUIET, "expect": "shm_exhausted", "needs": {"shm_mib": 24}},
-    {"name": "shm_exhausted/sigbus", "script": "shm_exhausted",
-     "args": ["--seconds", "4", "--sigbus"], "doctor_args": QUIET, "expect": "shm_exhausted",
-     "needs": {"shm_mib": 24}},
-    {"name": "shm_exhausted/healthy", "script": "shm_exhausted",
-     "args": ["--seconds", "4", "--healthy"], "doctor_args": QUIET, "expect": "no shm_exhausted",
-     "needs": {"shm_mib": 24}},
-    {"name": "worker_exit", "script": "worker_exit", "args": ["--seconds", "5"],
-     "doctor_args": QUIET, "expect": "worker_died"},
-    {"name": "worker_exit/healthy", "script": "worker_exit", "args": ["--healthy", "--seconds", "3"],
-     "doctor_args": QUIET, "expect": "no worker_died"},
-    {"name": "worker_oom", "script": "worker_oom", "args": ["--seconds", "8"],
-     "doctor_args": QUIET, "expect": "worker_died", "needs": {"memory_cgroup_mib": 256}},
-    {"name": "worker_oom/healthy", "script": "worker_oom", "args": ["--healthy", "--seconds", "3"],
-     "doctor_args": QUIET, "expect": "no worker_died", "needs": {"memory_cgroup_mib": 256}},
-    {"name": "fd_limit", "script": "fd_limit", "args": ["--seconds", "10"], "doctor_args": QUIET,
-     "expect": "fd_limit"},
-    {"name": "fd_limit/healthy", "script": "fd_limit", "args": ["--healthy", "--seconds", "3"],
-     "doctor_args": QUIET, "expect": "no fd_limit"},
-    {"name": "crash/healthy", "script": "crash", "args": ["--healthy", "--seconds", "2"],
-     "doctor_args": QUIET, "expect": "healthy"},
+    # 2 workers x prefetch 8 + 1 = 17 batches of 2 MiB in a 24 MiB /dev/shm: the job dies of
+    # it, and its exit code passes through.
+    {
+        "name": "shm_exhausted",
+        "script": "shm_exhausted",
+        "args": ["--seconds", "5"],
+        "doctor_args": QUIET,
+        "expect": "shm_exhausted",
+        "needs": {"shm_mib": SHM_MIB},
+        "checks": {
+            "returncode": 1,
+            "verdict": "shm_exhausted",
+            "findings": {
+                "shm_exhausted": {
+                    "severity": "critical",
+                    "evidence": {
+                        "failure": {"contains": "No space left on device"},
+                        "shm_total_bytes": SHM_MIB * MIB,
+                        "batch_bytes": 2 * MIB,
+                        "batches_in_flight": 17,
+                        "in_flight_bytes": 34 * MIB,
+                        "fits_today": "prefetch_factor=2",
+                    },
+                    "relations": [
+                        ("in_flight_bytes", ">", "shm_total_bytes"),
+                        ("shm_size_needed_bytes", ">=", "in_flight_bytes"),
+                    ],
+                    # The size to set, for each place /dev/shm is configured, and today's
+                    # setting that fits.
+                    "fix": {
+                        "contains": [
+                            "--shm-size=1g",
+                            "medium: Memory",
+                            "sizeLimit: 1Gi",
+                            "mount -o remount,size=1G /dev/shm",
+                            "prefetch_factor=2",
+                        ]
+                    },
+                }
+            },
+        },
+    },
+    # prefetch 4: 18 MiB of 24 in flight. It does not crash, is called out while it runs (no
+    # -q), and is in the report.
+    {
+        "name": "shm_exhausted/tight",
+        "script": "shm_exhausted",
+        "args": ["--seconds", "5", "--tight"],
+        "expect": "shm_exhausted",
+        "needs": {"shm_mib": SHM_MIB},
+        "checks": {
+            "verdict": "healthy",
+            "stderr": {"contains": "warning, shm_exhausted"},
+            "findings": {
+                "shm_exhausted": {
+                    "severity": "warning",
+                    "evidence": {
+                        "in_flight_bytes": 18 * MIB,
+                        "failure": {"present": False},
+                        "fits_today": "prefetch_factor=2",
+                    },
+                    "relations": [
+                        ("in_flight_bytes", "<=", "shm_free_bytes"),
+                        ("shm_free_bytes", "<", "shm_size_needed_bytes"),
+                    ],
+                }
+            },
+        },
+    },
+    {
+        "name": "shm_exhausted/sigbus",
+        "script": "shm_exhausted",
+        "args": ["--seconds", "5", "--sigbus"],
+        "doctor_args": QUIET,
+        "expect": "shm_exhausted",
+        "needs": {"shm_mib": SHM_MIB},
+        "checks": {
+            "returncode": 1,
+            "verdict": "shm_exhausted",
+            "findings": {
+                "shm_exhausted": {"evidence": {"failure": {"contains": "Bus error"}}},
+                # The cause is named by shm_exhausted: the death is a warning beside it.
+                "worker_died": {"severity": "warning", "evidence": {"signal_name": "SIGBUS"}},
+            },
+        },
+    },
+    # prefetch 2: 10 MiB in flight, 2.4x room.
+    {
+        "name": "shm_exhausted/healthy",
+        "script": "shm_exhausted",
+        "args": ["--seconds", "5", "--healthy"],
+        "doctor_args": QUIET,
+        "expect": "no shm_exhausted",
+        "needs": {"shm_mib": SHM_MIB},
+        "checks": {"report": {"loaders.0.batches": {">": 20}}},
+        "known_false_positives": {
+            "cow_memory_growth": "about 1 run in 4: a worker's Private_Dirty rises early "
+            "(19 -> 54 MiB over its first 300 samples, 512 KiB tensors) and is extrapolated "
+            "to the epoch's end as copy-on-write growth, with no Python object to blame",
+        },
+    },
+    {
+        "name": "worker_died",
+        "script": "worker_died",
+        "args": ["--seconds", "5"],
+        "doctor_args": QUIET,
+        "expect": "worker_died",
+        "checks": {
+            "returncode": 1,
+            "verdict": "worker_died",
+            "findings": {
+                "worker_died": {
+                    "evidence": {
+                        "exit_code": 3,
+                        "worker": 1,
+                        "signal": {"present": False},
+                        "reason": {"contains": "exit code 3"},
+                        "stderr_tail": {"contains": ["fatal: shard", "is corrupt"]},
+                        "message": {"contains": "exited unexpectedly"},
+                    }
+                }
+            },
+        },
+    },
+    {
+        "name": "worker_died/healthy",
+        "script": "worker_died",
+        "args": ["--healthy", "--seconds", "3"],
+        "doctor_args": QUIET,
+        "expect": "no worker_died",
+    },
+    {
+        "name": "worker_died/oom",
+        "script": "worker_died",
+        "args": ["--cause", "oom", "--seconds", "8"],
+        "doctor_args": QUIET,
+        "expect": "worker_died",
+        "needs": {"memory_cgroup_mib": OOM_MIB},
+        "checks": {
+            "returncode": 1,
+            "verdict": "worker_died",
+            "findings": {
+                "worker_died": {
+                    "evidence": {
+                        "signal_name": "SIGKILL",
+                        "reason": {"startswith": "the OOM killer"},
+                        "worker": 0,
+                        "cgroup_oom_kills": {">=": 1},
+                        "cgroup_memory_limit_bytes": OOM_MIB * MIB,
+                    }
+                }
+            },
+        },
+    },
+    {
+        "name": "worker_died/oom/healthy",
+        "script": "worker_died",
+        "args": ["--cause", "oom", "--healthy", "--seconds", "3"],
+        "doctor_args": QUIET,
+        "expect": "no worker_died",
+        "needs": {"memory_cgroup_mib": OOM_MIB},
+        "checks": {"absent": ["ram_pressure"]},
+    },
+    # The job's own limit is 256; the loader's timeout (5 s) ends the wait for the lost batch.
+    {
+        "name": "fd_limit",
+        "script": "fd_limit",
+        "args": ["--seconds", "10"],
+        "doctor_args": QUIET,
+        "expect": "fd_limit",
+        "checks": {
+            "returncode": 1,
+            "verdict": "fd_limit",
+            "findings": {
+                "fd_limit": {
+                    "severity": "critical",
+                    "evidence": {
+                        "error": {"contains": "Too many open files"},
+                        "nofile_soft": 256,  # the job's own limit, not the watcher's
+                        "sharing_strategy": "file_descriptor",
+                        "recommended_nofile": {">=": 8192},
+                    },
+                    "fix": {"contains": ["ulimit -n", "set_sharing_strategy('file_system')"]},
+                }
+            },
+        },
+    },
+    # No loader timeout: the main process waits forever for the batch the worker dropped, and
+    # the lost batch leads the hang it causes.
+    {
+        "name": "fd_limit/hang",
+        "script": "fd_limit",
+        "args": ["--seconds", "30", "--timeout", "0"],
+        "doctor_args": QUIET + HANG,
+        "expect": "fd_limit",
+        "checks": {
+            "returncode": HANG_ABORT_RC,
+            "verdict": "fd_limit",
+            "report": {"hang": {"present": True}},
+            "findings": {
+                "fd_limit": {
+                    "evidence": {"batches_lost": {">=": 1}},
+                    "why": {"contains": "The hang is its consequence"},
+                }
+            },
+        },
+    },
+    {
+        "name": "fd_limit/healthy",
+        "script": "fd_limit",
+        "args": ["--healthy", "--seconds", "3"],
+        "doctor_args": QUIET,
+        "expect": "no fd_limit",
+        "checks": {"report": {"loaders.0.batches": {">": 20}}},
+    },
+    # -- memory: field guide cause 5 ---------------------------------------------------------
+    {
+        "name": "ram_pressure",
+        "script": "ram_pressure",
+        "args": ["--seconds", "6"],
+        "doctor_args": QUIET,
+        "expect": "ram_pressure",
+        "needs": {"memory_cgroup_mib": OOM_MIB},
+        "checks": {
+            "verdict": "healthy",
+            "findings": {
+                "ram_pressure": {
+                    "severity": "warning",  # short of memory, not yet thrashing: a risk
+                    "title": {"contains": "the memory cgroup at"},
+                    "evidence": {
+                        "cgroup_memory_limit_bytes": OOM_MIB * MIB,
+                        "cgroup_headroom_fraction": {"<": 0.10},
+                    },
+                }
+            },
+        },
+    },
+    {
+        "name": "ram_pressure/healthy",
+        "script": "ram_pressure",
+        "args": ["--healthy", "--seconds", "6"],
+        "doctor_args": QUIET,
+        "expect": "no ram_pressure",
+        "needs": {"memory_cgroup_mib": OOM_MIB},
+    },
+    # Without an accelerator pin_memory=True does nothing: said once, as info.
+    {
+        "name": "pinned_memory_pressure",
+        "script": "pinned_memory_pressure",
+        "args": ["--seconds", "2"],
+        "doctor_args": QUIET,
+        "expect": "pinned_memory_pressure",
+        "severity": "info",
+        "needs": {"no_accelerator": True},
+        "checks": {
+            "verdict": "healthy",
+            "ids": ["pinned_memory_pressure"],  # said once
+            "findings": {"pinned_memory_pressure": {"severity": "info"}},
+        },
+    },
+    {
+        "name": "pinned_memory_pressure/healthy",
+        "script": "pinned_memory_pressure",
+        "args": ["--healthy", "--seconds", "2"],
+        "doctor_args": QUIET,
+        "expect": "no pinned_memory_pressure",
+    },
+    # -- a report on every path --------------------------------------------------------------
+    # The training step raises: the job's own exit code and traceback, untouched, and a report.
+    {
+        "name": "job_crash",
+        "script": "job_crash",
+        "args": [],
+        "doctor_args": QUIET,
+        "expect": "healthy",
+        "checks": {
+            "returncode": 1,
+            "stderr": {"contains": "ValueError: loss is NaN at step 30"},
+            "report": {"exit_code": 1, "loaders.0.batches": {">=": 30}},
+        },
+    },
+    {
+        "name": "job_crash/healthy",
+        "script": "job_crash",
+        "args": ["--healthy", "--seconds", "2"],
+        "doctor_args": QUIET,
+        "expect": "healthy",
+    },
     # -- beyond the field guide (issue 6) ----------------------------------------------------
-    {"name": "thread_oversubscription", "script": "thread_oversubscription",
-     "args": ["--seconds", "8"], "expect": "thread_oversubscription"},
-    {"name": "thread_oversubscription/healthy", "script": "thread_oversubscription",
-     "args": ["--healthy", "--seconds", "8"], "expect": "healthy"},
-    {"name": "thread_oversubscription/idle", "script": "thread_oversubscription",
-     "args": ["--idle", "--seconds", "8"], "expect": "healthy"},
-    {"name": "thread_oversubscription/capped", "script": "thread_oversubscription",
-     "args": ["--capped", "--seconds", "8"], "expect": "no thread_oversubscription"},
-    {"name": "cow_growth", "script": "cow_growth", "args": ["--seconds", "12"],
-     "expect": "cow_memory_growth"},
-    {"name": "cow_growth/healthy", "script": "cow_growth", "args": ["--healthy", "--seconds", "12"],
-     "expect": "healthy"},
-    {"name": "startup_cost", "script": "startup_cost", "args": [], "expect": "worker_startup_cost",
-     "timeout": 180},
-    {"name": "startup_cost/healthy", "script": "startup_cost", "args": ["--healthy"],
-     "expect": "healthy", "timeout": 180},
-    {"name": "straggler", "script": "straggler", "args": ["--seconds", "8"],
-     "expect": "straggler_worker"},
-    {"name": "straggler/healthy", "script": "straggler", "args": ["--healthy", "--seconds", "8"],
-     "expect": "healthy"},
+    {
+        "name": "thread_oversubscription",
+        "script": "thread_oversubscription",
+        "args": ["--seconds", "8"],
+        "expect": "thread_oversubscription",
+        "needs": TWO_CPUS,
+        "checks": {
+            "verdict": "thread_oversubscription",
+            "notice": True,
+            "findings": {
+                "thread_oversubscription": {
+                    # The slowdown signals: many threads per worker that want a CPU, and they queue.
+                    "evidence": {
+                        "active_threads_per_worker": {">=": 4},
+                        "worker_run_queue_delay_pct": {">=": 100},
+                        "torch_threads": 8,  # what __getitem__ set, reported from the worker
+                        "thread_pools": {"contains": "OpenMP"},
+                        "recommended_threads_per_worker": 1,
+                    },
+                    "fix": {"contains": ["torch.set_num_threads(1)", "OMP_NUM_THREADS=1"]},
+                }
+            },
+        },
+    },
+    {
+        "name": "thread_oversubscription/healthy",
+        "script": "thread_oversubscription",
+        "args": ["--healthy", "--seconds", "8"],
+        "expect": "no thread_oversubscription",
+        "needs": TWO_CPUS,
+    },
+    {
+        "name": "thread_oversubscription/idle",
+        "script": "thread_oversubscription",
+        "args": ["--idle", "--seconds", "8"],
+        "expect": "no thread_oversubscription",
+        "needs": TWO_CPUS,
+    },
+    {
+        "name": "thread_oversubscription/capped",
+        "script": "thread_oversubscription",
+        "args": ["--capped", "--seconds", "8"],
+        "expect": "no thread_oversubscription",
+    },
+    {
+        "name": "cow_memory_growth",
+        "script": "cow_memory_growth",
+        "args": ["--seconds", "12"],
+        "expect": "cow_memory_growth",
+        "checks": {
+            "findings": {
+                "cow_memory_growth": {
+                    "evidence": {
+                        "workers_growing": {">=": 1},
+                        # Random reads of small strings copy about a page per sample read.
+                        "private_dirty_mib_per_1000_samples": {">": 1},
+                        "private_dirty_grown_mib": {">": 32},
+                        "python_object_attributes": {
+                            "startswith": "paths (list of 3000000 str",
+                            "lacks": "labels",  # a numpy array: not a culprit
+                        },
+                    },
+                    "fix": {"contains": ["dataset.paths", "numpy"]},
+                }
+            }
+        },
+    },
+    {
+        "name": "cow_memory_growth/healthy",
+        "script": "cow_memory_growth",
+        "args": ["--healthy", "--seconds", "12"],
+        "expect": "no cow_memory_growth",
+    },
+    {
+        "name": "worker_startup_cost",
+        "script": "worker_startup_cost",
+        "args": [],
+        "expect": "worker_startup_cost",
+        "timeout": 180,
+        "checks": {
+            "verdict": "worker_startup_cost",
+            "findings": {
+                "worker_startup_cost": {
+                    "evidence": {
+                        "restarts": 3,  # four epochs, the last three restart their workers
+                        "startup_share": {">": 0.25},
+                        "start_method": "spawn",
+                        # the 100 MB array, measured in the hooks
+                        "pickled_dataset_mib": {">": 99, "<": 102},
+                    },
+                    "fix": {"contains": ["persistent_workers=True", "lighter"]},
+                }
+            },
+        },
+    },
+    # The one start-up of a heavy dataset under spawn may be noted, never as a warning.
+    {
+        "name": "worker_startup_cost/healthy",
+        "script": "worker_startup_cost",
+        "args": ["--healthy"],
+        "expect": "healthy",
+        "timeout": 180,
+    },
+    {
+        "name": "straggler_worker",
+        "script": "straggler_worker",
+        "args": ["--seconds", "8"],
+        "expect": "straggler_worker",
+        "checks": {
+            "verdict": "straggler_worker",
+            "notice": True,
+            "findings": {
+                "straggler_worker": {
+                    "evidence": {"head_of_line_wait_s": {">": 0.5}},
+                    "relations": [("fetch_max_ms", ">", "fetch_p50_ms", 10)],
+                    "fix": {"contains": "in_order=False"},
+                }
+            },
+        },
+    },
+    {
+        "name": "straggler_worker/healthy",
+        "script": "straggler_worker",
+        "args": ["--healthy", "--seconds", "8"],
+        "expect": "no straggler_worker",
+    },
 ]
 
+NO_SCENARIO: dict[str, str] = {
+    "pinned_memory_pressure": "the warning case (pinned batches locking RAM while memory runs "
+    "short) needs an accelerator: without one torch pins nothing; the info case is the "
+    "pinned_memory_pressure scenario",
+    "cuda_oom": "needs a GPU: CUDA out of memory is raised by a CUDA device's allocator",
+    "cuda_oom_risk": "needs a GPU: it reads the peak CUDA memory allocated against the "
+    "device's total",
+}
 
-def script_path(entry: dict) -> str:
-    return os.path.join(HERE, entry["script"] + ".py")
 
-
-def available(entries: list[dict] | None = None) -> list[dict]:
-    """The entries whose script exists (others are being written elsewhere)."""
-    return [e for e in (SCENARIOS if entries is None else entries) if os.path.exists(script_path(e))]
+def by_name(name: str) -> dict:
+    """The entry called `name`."""
+    for e in SCENARIOS:
+        if e["name"] == name:
+            return e
+    raise KeyError(f"no scenario {name!r} in the catalog")
 
 
 def is_twin(entry: dict) -> bool:
-    """A healthy twin: expected to produce no warning or critical finding of its kind."""
+    """A healthy twin: expected to produce no warning or critical finding of any kind."""
     return entry["expect"] == "healthy" or entry["expect"].startswith("no ")
+
+
+def absent_id(entry: dict) -> str | None:
+    """The id a "no <id>" twin must not report at all."""
+    return entry["expect"][3:] if entry["expect"].startswith("no ") else None

@@ -10,9 +10,8 @@ worker imports the module afresh and gets an unlocked lock.
 import threading
 import time
 
-import torch
-from _common import consume, parser
-from torch.utils.data import DataLoader, Dataset
+from _common import Numbers, consume, parser
+from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_collate
 
 stats_lock = threading.Lock()
@@ -21,14 +20,6 @@ stats_lock = threading.Lock()
 def collate_with_stats(samples):
     with stats_lock:  # e.g. updating shared statistics
         return default_collate(samples)
-
-
-class Small(Dataset):
-    def __len__(self):
-        return 100_000
-
-    def __getitem__(self, i):
-        return torch.full((8,), float(i))
 
 
 def hold_lock_forever():
@@ -41,7 +32,7 @@ def main():
     threading.Thread(target=hold_lock_forever, name="stats-writer", daemon=True).start()
     time.sleep(0.1)  # the thread now holds the lock
     loader = DataLoader(
-        Small(),
+        Numbers(),
         batch_size=4,
         num_workers=2,
         collate_fn=collate_with_stats,

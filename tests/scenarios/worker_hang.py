@@ -1,4 +1,4 @@
-"""A hang in __getitem__: it waits on an event that is never set (a lost message, a
+"""worker_hang: __getitem__ waits on an event that is never set (a lost message, a
 reader with no writer). The worker sleeps forever; no batch comes.
 Healthy twin (`--healthy`): the event is set before the loader starts.
 """

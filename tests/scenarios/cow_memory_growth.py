@@ -1,4 +1,4 @@
-"""Copy-on-write growth: a dataset of millions of small Python objects, read by forked workers.
+"""cow_memory_growth: millions of small Python objects in a dataset read by forked workers.
 
 The dataset keeps 3 million file paths in a Python list (the classic layout); two forked
 workers read them in random order. Each read changes the string's reference count, a write

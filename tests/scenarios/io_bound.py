@@ -1,21 +1,75 @@
-"""Field guide cause 4, storage flavour: the dataset's reads go to a slow block device.
+"""io_bound (field guide cause 4): __getitem__ waits off-CPU for the bytes of each sample.
 
-The job puts itself in a blkio cgroup (v1; v2 io.max where v1 is absent) that holds reads
-from the data's device to a few MB/s, and evicts its files from the page cache, so each
-__getitem__ waits on the device. Exits 77 with the reason when the kernel or the sandbox
-refuses (not root, no blkio controller, no block device behind the folder).
-Healthy twin (`--healthy`): no throttle, files kept in the page cache.
+`--source socket` (default): each sample is read from a local TCP server that answers after
+a delay, as a remote store would. `--source disk`: the reads go to a block device held to a
+few MB/s by a blkio cgroup throttle (v1), with the files evicted from the page cache, so each
+read waits on the device; exits 77 with the reason when the kernel or the sandbox refuses
+(not root, no blkio controller, no block device behind the folder).
+Healthy twin (`--healthy`): the server answers at once / no throttle, files kept in the page
+cache.
 """
 
 import os
 import shutil
+import socket
+import socketserver
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 import torch
 from _common import consume, parser
 from torch.utils.data import DataLoader, Dataset
+
+# -- socket: a slow remote store ------------------------------------------------------------
+
+DELAY_S = 0.03
+PAYLOAD = 4096
+
+
+class Handler(socketserver.BaseRequestHandler):
+    delay = DELAY_S
+
+    def handle(self):
+        while self.request.recv(16):
+            time.sleep(self.delay)
+            self.request.sendall(b"x" * PAYLOAD)
+
+
+class Remote(Dataset):
+    def __init__(self, port):
+        self.port = port
+        self.conn = None
+
+    def __len__(self):
+        return 100_000
+
+    def __getitem__(self, i):
+        if self.conn is None:  # one connection per worker process
+            self.conn = socket.create_connection(("127.0.0.1", self.port))
+        self.conn.sendall(b"get\n")
+        got = b""
+        while len(got) < PAYLOAD:
+            got += self.conn.recv(PAYLOAD - len(got))
+        return torch.frombuffer(bytearray(got), dtype=torch.uint8).float()
+
+    def __getstate__(self):
+        return {"port": self.port, "conn": None}
+
+
+def from_socket(args):
+    Handler.delay = 0.0 if args.healthy else DELAY_S
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    loader = DataLoader(Remote(server.server_address[1]), batch_size=4, num_workers=1)
+    print("batches:", consume(loader, args.seconds))
+    server.shutdown()
+
+
+# -- disk: a throttled block device ---------------------------------------------------------
 
 FILE_BYTES = 256 * 1024
 FILES = 160
@@ -84,14 +138,13 @@ def leave_cgroup(cg):
         pass
 
 
-def evict(paths):
-    os.sync()
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+def evict(path):
+    """Drops the file's pages from the page cache: its next read goes to the device."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 class Files(Dataset):
@@ -106,14 +159,11 @@ class Files(Dataset):
         with open(path, "rb") as f:
             data = f.read()
         if self.evict_after_read:  # the next epoch reads from the device again
-            fd = os.open(path, os.O_RDONLY)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            os.close(fd)
+            evict(path)
         return torch.frombuffer(bytearray(data[:1024]), dtype=torch.uint8).float()
 
 
-def main():
-    args = parser(__doc__).parse_args()
+def from_disk(args):
     folder = tempfile.mkdtemp(prefix="scenario-io-", dir="/var/tmp")
     cg = None
     try:
@@ -125,13 +175,30 @@ def main():
             paths.append(p)
         if not args.healthy:
             cg = throttle_self(folder)
-            evict(paths)
+            os.sync()
+            for p in paths:
+                evict(p)
         loader = DataLoader(Files(paths, not args.healthy), batch_size=2, num_workers=1)
         print("batches:", consume(loader, args.seconds))
     finally:
         if cg:
             leave_cgroup(cg)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def main():
+    ap = parser(__doc__)
+    ap.add_argument(
+        "--source",
+        choices=("socket", "disk"),
+        default="socket",
+        help="where the samples are read from",
+    )
+    args = ap.parse_args()
+    if args.source == "disk":
+        from_disk(args)
+    else:
+        from_socket(args)
 
 
 if __name__ == "__main__":

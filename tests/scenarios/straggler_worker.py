@@ -1,4 +1,4 @@
-"""A straggler: every 50th sample is 100x slower than the rest.
+"""straggler_worker: every 50th sample is 100x slower than the rest.
 
 Samples take 2 ms (a sleep, like a read); every 50th takes 200 ms. Two workers keep up with
 the loop on average, but batches are handed out in order: while the loop waits for the batch

@@ -1,4 +1,4 @@
-"""Worker start-up paid every epoch: short epochs, spawned workers, a heavy dataset.
+"""worker_startup_cost: start-up paid every epoch (short epochs, spawn, a heavy dataset).
 
 The dataset holds 100 MB of features in memory; the loader spawns its two workers anew for
 each of several short epochs (persistent_workers=False), so every epoch starts two fresh
