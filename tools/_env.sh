@@ -14,5 +14,4 @@ else
 fi
 PY=$VENV/bin/python
 # How to name the environment to the user: relative inside the clone.
-VENV_SHOWN=$VENV
-[ $OWN = 1 ] && VENV_SHOWN=.venv
+if [ $OWN = 1 ]; then VENV_SHOWN=.venv; else VENV_SHOWN=$VENV; fi
