@@ -1,6 +1,8 @@
-"""The wheel that `pip wheel .` makes installs into a fresh venv and works there with no compiler,
-CMake or build backend anywhere: `dldoctor check`, and a real scenario job under `dldoctor run`
-with its JSON and HTML reports (plotly comes with a plain install, torch does not)."""
+"""Installing dldoctor. The wheel that `pip wheel .` makes installs into a fresh venv and works
+there with no compiler, CMake or build backend anywhere: `dldoctor check`, and a real scenario
+job under `dldoctor run` with its JSON and HTML reports (plotly comes with a plain install, torch
+does not). tools/install leaves an active venv without torch alone, and names missing Debian
+packages with the exact apt-get line."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -183,3 +186,52 @@ def test_scenario_diagnosed_from_the_wheel(venv, tmp_path):
     assert "is corrupt" in ev["stderr_tail"]
     page = html.read_text()
     assert "worker_died" in page and "Plotly.newPlot" in page
+
+
+# --- tools/install ----------------------------------------------------------------------------
+
+
+def tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def test_active_venv_without_torch_is_refused_and_untouched(tmp_path):
+    env_dir = tmp_path / "venv"
+    r = run([sys.executable, "-m", "venv", "--without-pip", env_dir])
+    assert r.returncode == 0, r.stderr
+    before = tree(env_dir)
+    env = {**os.environ, "VIRTUAL_ENV": str(env_dir)}
+    env["PATH"] = f"{env_dir / 'bin'}:{env['PATH']}"
+    r = run(["bash", REPO / "tools" / "install", "--demo"], env=env, cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr.startswith(f"dldoctor: no torch in the active environment {env_dir}")
+    assert len(r.stderr.splitlines()) == 1 and r.stdout == "", r.stdout + r.stderr
+    assert tree(env_dir) == before
+
+
+def test_missing_debian_packages_are_named_with_the_apt_line():
+    """As a user who is not root, on a machine without python3 or a compiler (PYTHON and CXX
+    name ones that do not exist): the exact command, and nothing done."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root (to run tools/install as nobody) and setpriv")
+    # A copy of tools/ alone (no .venv beside it), where the user nobody can read it.
+    clone = Path(tempfile.mkdtemp(prefix="dldoctor-install-"))
+    try:
+        shutil.copytree(REPO / "tools", clone / "tools")
+        clone.chmod(0o755)
+        env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+        env.update(HOME="/", CXX="no-such-c++", PYTHON="/no/such/python3")
+        r = run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+            + ["bash", clone / "tools" / "install", "--demo"],
+            env=env,
+            cwd="/",
+        )
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert r.stdout == "" and r.stderr == (
+            "dldoctor: missing Debian packages; install them with: "
+            "sudo apt-get install -y python3 python3-venv python3-dev g++\n"
+        )
+        assert sorted(os.listdir(clone)) == ["tools"]
+    finally:
+        shutil.rmtree(clone)
