@@ -52,9 +52,11 @@ def readme_ids() -> list[str]:
 
 
 def emitted_ids() -> set[str]:
-    """Ids the C++ core assigns to a finding: `f.id = "..."` in the rules (or an id constant,
-    `kId = "..."`), until the binding lists them itself."""
-    pattern = re.compile(r'\b(?:id|kId\w*)\s*(?:\[\])?\s*=\s*"([a-z_]+)"')
+    """Ids the C++ core assigns to a finding: `make_finding("...", ...)` in the rules, `f.id =
+    "..."`, or an id constant (`kId = "..."`), until the binding lists them itself."""
+    pattern = re.compile(
+        r'\b(?:(?:id|kId\w*)\s*(?:\[\])?\s*=\s*|make_finding\(\s*)"([a-z_]+)"'
+    )
     found = set()
     for folder, _, files in os.walk(CORE):
         for name in files:

@@ -172,7 +172,7 @@ def test_scenario_diagnosed_from_the_wheel(venv, tmp_path):
     report, html = tmp_path / "report.json", tmp_path / "report.html"
     r = run(
         [env_dir / "bin" / "dldoctor", "run", "-q", "--json", report, "--html", html, "--"]
-        + [env_dir / "bin" / "python", Path(SCENARIOS, "worker_exit.py"), "--seconds", "5"],
+        + [env_dir / "bin" / "python", Path(SCENARIOS, "worker_died.py"), "--cause", "exit", "--seconds", "5"],
         env=env,
         cwd=tmp_path,
         timeout=180,
