@@ -227,7 +227,7 @@ TEST(WatchdogTimeout, AdaptiveAndOverride) {
   EXPECT_DOUBLE_EQ(wd::adaptive_timeout_s(int64_t(6.5e9)), 65);
 
   wd::Watchdog dog(
-      {}, [] { return wd::WatchState{}; }, dldoctor::analyze::classify_hang);
+      {}, [] { return wd::WatchState{}; }, dldoctor::analyze::judge_hang);
   EXPECT_EQ(dog.timeout_s(), 60);
   EXPECT_FALSE(dog.p99_inter_batch_ns().has_value());
   for (int s = 1; s <= 100; ++s) dog.note_inter_batch_ns(int64_t(s) * 1'000'000'000);
@@ -252,7 +252,7 @@ TEST(WatchdogCheck, OncePerStallAndRearmsOnBatch) {
   wd::WatchdogOptions opts;    // run_dir empty: no signals, kernel view only
   opts.min_cpu_window_ns = 0;  // fake clock: do not wait for real CPU time
   wd::Watchdog dog(
-      opts, [&] { return state; }, dldoctor::analyze::classify_hang,
+      opts, [&] { return state; }, dldoctor::analyze::judge_hang,
       [&](const wd::HangSnapshot& s, const std::vector<Finding>&) {
         stalls.push_back(s.stalled_s);
       });
@@ -287,7 +287,7 @@ TEST(WatchdogCheck, NoBatchYetCountsFromIteratorStart) {
   wd::WatchdogOptions opts;
   opts.min_cpu_window_ns = 0;
   wd::Watchdog dog(
-      opts, [&] { return state; }, dldoctor::analyze::classify_hang);
+      opts, [&] { return state; }, dldoctor::analyze::judge_hang);
   dog.set_timeout_override(10.0);
   EXPECT_FALSE(dog.check(t0 + int64_t(9e9)));
   EXPECT_TRUE(dog.check(t0 + int64_t(10e9)));
@@ -307,7 +307,7 @@ TEST(WatchdogThread, ReportsWithinTimeoutPlusTwoSeconds) {
   wd::WatchdogOptions opts;
   opts.timeout_override_s = 0.3;
   wd::Watchdog dog(
-      opts, [&] { return state; }, dldoctor::analyze::classify_hang,
+      opts, [&] { return state; }, dldoctor::analyze::judge_hang,
       [&](const wd::HangSnapshot&, const std::vector<Finding>&) {
         std::lock_guard lock(mu);
         reported = dldoctor::now_ns();
@@ -342,7 +342,7 @@ TEST(WatchdogCheck, LateStallWaitsForACpuWindow) {
   wd::WatchdogOptions opts;
   opts.min_cpu_window_ns = 200'000'000;
   wd::Watchdog dog(
-      opts, [&] { return state; }, dldoctor::analyze::classify_hang);
+      opts, [&] { return state; }, dldoctor::analyze::judge_hang);
   ASSERT_TRUE(dog.check(now));
   auto snap = dog.last_snapshot();
   ASSERT_TRUE(snap.has_value());
@@ -367,7 +367,7 @@ TEST(WatchdogCheck, BusyWorkersWithNothingStuckAreSlowNotHung) {
   opts.timeout_override_s = 0.2;
   opts.min_cpu_window_ns = 300'000'000;
   wd::Watchdog dog(
-      opts, [&] { return state; }, dldoctor::analyze::classify_hang);
+      opts, [&] { return state; }, dldoctor::analyze::judge_hang);
   EXPECT_FALSE(dog.check(t0 + int64_t(0.1e9)));  // marks the CPU at the stall's start
   EXPECT_FALSE(dog.check(dldoctor::now_ns() + int64_t(0.5e9)));  // due, but the worker works
   EXPECT_EQ(dog.hangs(), 0);

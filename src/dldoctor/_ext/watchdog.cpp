@@ -325,7 +325,7 @@ class PyWatchdog {
         e.discard_as_unraisable("dldoctor watchdog on_hang");
       }
     };
-    dog_ = std::make_unique<wd::Watchdog>(o, std::move(call_probe), analyze::classify_hang,
+    dog_ = std::make_unique<wd::Watchdog>(o, std::move(call_probe), analyze::judge_hang,
                                           std::move(call_hang));
     if (timeout_s) dog_->set_timeout_override(*timeout_s);
     std::lock_guard lock(g_live_mu);

@@ -40,8 +40,15 @@ bool is_loader_wait(const PyFrame& f) {
   return path_is(f.file, "torch/utils/data/dataloader.py") &&
          std::find(kWaits.begin(), kWaits.end(), f.function) != kWaits.end();
 }
+/// The main process ending an iterator (dropped, exhausted, or cut short): torch joins each
+/// worker for at most a few seconds and then terminates it, so this is an end, not a hang.
+bool is_shutdown(const PyFrame& f) {
+  return f.function == "_shutdown_workers" && path_is(f.file, "torch/utils/data/dataloader.py");
+}
 bool is_bootstrap(const PyFrame& f) {
-  return path_is(f.file, "multiprocessing/spawn.py") ||
+  // A worker importing modules before its loop (torch under spawn): its stack can be deeper
+  // than the frames faulthandler writes, so the spawn frames at the bottom may be cut off.
+  return f.file == "<frozen importlib._bootstrap>" || path_is(f.file, "multiprocessing/spawn.py") ||
          path_is(f.file, "multiprocessing/forkserver.py") ||
          path_is(f.file, "multiprocessing/popen_fork.py");
 }
@@ -92,6 +99,7 @@ int pick_thread(const std::vector<PyThreadStack>& stacks) {
   for (auto pred : {+[](const PyFrame& f) { return is_fetch(f); },
                     +[](const PyFrame& f) { return is_worker_loop(f); },
                     +[](const PyFrame& f) { return is_loader_wait(f); },
+                    +[](const PyFrame& f) { return is_shutdown(f); },
                     +[](const PyFrame& f) { return is_bootstrap(f); }}) {
     if (int t = first_with(pred); t >= 0) return t;
   }
@@ -155,9 +163,10 @@ void read_worker_loop(const std::vector<PyFrame>& frames, size_t loop_at,
 
 const char* place_name(Place p) noexcept {
   // In the order of Place.
-  static constexpr const char* kNames[] = {"unknown",        "gone",    "idle",    "in_loader",
-                                           "outside_loader", "collate", "getitem", "worker_init",
-                                           "sending",        "other"};
+  static constexpr const char* kNames[] = {
+      "unknown", "gone",    "idle",        "in_loader", "outside_loader", "shutting_down",
+      "collate", "getitem", "worker_init", "sending",   "other"};
+  static_assert(std::size(kNames) == size_t(Place::kOther) + 1, "a name for every Place");
   return kNames[size_t(p)];
 }
 
@@ -219,9 +228,14 @@ ProcessReading read_process(const ProcessCapture& p, const LoaderContext* loader
     if (auto at = find_frame(frames, is_fetch)) {
       read_fetch(frames, *at, loader, r);
     } else if (p.worker < 0) {
-      auto at = find_frame(frames, is_loader_wait);
-      r.place = at ? Place::kInLoader : Place::kOutsideLoader;
-      r.place_frame = at ? at : std::optional<size_t>(0);
+      if (auto down = find_frame(frames, is_shutdown)) {
+        r.place = Place::kShuttingDown;
+        r.place_frame = down;
+      } else {
+        auto at = find_frame(frames, is_loader_wait);
+        r.place = at ? Place::kInLoader : Place::kOutsideLoader;
+        r.place_frame = at ? at : std::optional<size_t>(0);
+      }
     } else if (auto loop = find_frame(frames, is_worker_loop)) {
       read_worker_loop(frames, *loop, loader, p.worker, r);
     } else if (auto boot = find_frame(frames, is_bootstrap)) {

@@ -28,6 +28,7 @@ enum class Place {
   kIdle,           ///< a worker waiting for its next index: not part of the problem
   kInLoader,       ///< the main process waiting inside the DataLoader for a batch
   kOutsideLoader,  ///< the main process somewhere else (the training loop)
+  kShuttingDown,   ///< the main process ending an iterator: joining its workers
   kCollate,        ///< inside collate_fn (called from the fetcher)
   kGetitem,        ///< inside the dataset (__getitem__/__getitems__/__iter__) under fetch
   kWorkerInit,     ///< worker startup or worker_init_fn, before the fetch loop

@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 
+#include "dldoctor_core/analyze/process_reading.hpp"
 #include "dldoctor_core/analyze/rules/collate_deadlock.hpp"
 #include "dldoctor_core/analyze/rules/cow_memory_growth.hpp"
 #include "dldoctor_core/analyze/rules/cuda_oom.hpp"
@@ -79,6 +80,19 @@ std::vector<report::Finding> classify_hang(const watchdog::HangSnapshot& snapsho
   emit(out, worker_hang::detect_unexplained(snapshot, context, std::move(explained)));
   order_findings(out);
   return out;
+}
+
+watchdog::HangJudgement judge_hang(const watchdog::HangSnapshot& snapshot,
+                                   const watchdog::HangContext& context) {
+  watchdog::HangJudgement j;
+  j.findings = classify_hang(snapshot, context);
+  if (j.findings.empty()) {
+    for (const watchdog::ProcessCapture& p : snapshot.processes)
+      if (p.worker < 0 &&
+          read_process(p, context.find(effective_loader(p, context))).place == Place::kShuttingDown)
+        j.progressing = true;
+  }
+  return j;
 }
 
 }  // namespace dldoctor::analyze

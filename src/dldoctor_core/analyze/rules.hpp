@@ -22,4 +22,10 @@ std::vector<report::Finding> run_rules(const JobView& job);
 std::vector<report::Finding> classify_hang(const watchdog::HangSnapshot& snapshot,
                                            const watchdog::HangContext& context);
 
+/// classify_hang's findings, and whether the capture shows a job still moving (the
+/// watchdog's classifier): with no finding and a main process ending its iterator (joining
+/// workers that exit), nothing is stuck yet.
+watchdog::HangJudgement judge_hang(const watchdog::HangSnapshot& snapshot,
+                                   const watchdog::HangContext& context);
+
 }  // namespace dldoctor::analyze

@@ -63,7 +63,7 @@ void Monitor::start(int root_pid) {
   wo.timeout_override_s = opts_.hang_timeout_s;
   // The watchdog captures; the analyzer's hang rules decide what the capture means.
   watchdog_ = std::make_unique<watchdog::Watchdog>(
-      wo, [this] { return watch_state(); }, analyze::classify_hang);
+      wo, [this] { return watch_state(); }, analyze::judge_hang);
   watchdog_->start();
   drain_thread_ = std::thread([this] { drain_loop(); });
 }
@@ -152,6 +152,7 @@ void Monitor::track_locked(const trace::Event& e) {
       break;
     case EventKind::kWorkerStart:
       l.worker_pids[e.worker] = static_cast<int>(e.pid);
+      l.returned.emplace(e.worker, 0);  // started, no batch yet: the hang rules' "before first"
       break;
     case EventKind::kWorkerBatch:
       if (e.worker >= 0) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "dldoctor_core/report/finding.hpp"
 #include "dldoctor_core/watchdog/proc_probe.hpp"
 #include "dldoctor_core/watchdog/stack.hpp"
 
@@ -68,6 +69,14 @@ struct LoaderContext {
   /// Batches each worker has returned so far, when known (0 = still before its first batch).
   std::map<int, int64_t> batches_returned;
   std::optional<double> timeout_s;  ///< the DataLoader's own `timeout` (0 = waits forever)
+};
+
+/// What the analysis made of one capture.
+struct HangJudgement {
+  std::vector<report::Finding> findings;  ///< most important first
+  /// Nothing is stuck yet: the job is moving in a way no batch shows (the main process joining
+  /// workers that exit as it ends an iterator, say). The watchdog looks again one timeout later.
+  bool progressing = false;
 };
 
 /// The loaders of the job.

@@ -235,13 +235,14 @@ bool Watchdog::check(int64_t now) {
   }
   HangSnapshot snap =
       capture_hang(st.processes, marks_, now, stalled, timeout, run_dir, signal, wait_ms);
-  std::vector<report::Finding> findings = classify_(snap, st.context);
+  HangJudgement judged = classify_(snap, st.context);
+  std::vector<report::Finding>& findings = judged.findings;
   const bool workers_busy =
       std::any_of(snap.processes.begin(), snap.processes.end(), [](const ProcessCapture& p) {
         auto share = cpu_share(p);
         return p.worker >= 0 && share && *share >= kBusyCpuShare;
       });
-  if (findings.empty() && workers_busy) {
+  if (findings.empty() && (workers_busy || judged.progressing)) {
     // Slow is not stuck: the workers the loader waits for are still using CPU (starting up
     // under spawn, a very slow batch). Look again one timeout later, over fresh CPU marks.
     fired_key_ = -1;

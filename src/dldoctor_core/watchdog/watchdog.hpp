@@ -102,10 +102,10 @@ HangSnapshot capture_hang(const std::vector<WatchedProcess>& processes,
 class Watchdog {
  public:
   using Probe = std::function<WatchState()>;
-  /// Names the cause of a captured hang (analyze::classify_hang); no finding, with a worker
-  /// using CPU, means slow, not stuck: the watchdog looks again one timeout later.
-  using Classify =
-      std::function<std::vector<report::Finding>(const HangSnapshot&, const HangContext&)>;
+  /// Names the cause of a captured hang (analyze::judge_hang); no finding, with a worker
+  /// using CPU or the judgement saying the job progresses, means slow, not stuck: the
+  /// watchdog looks again one timeout later.
+  using Classify = std::function<HangJudgement(const HangSnapshot&, const HangContext&)>;
   using OnHang = std::function<void(const HangSnapshot&, const std::vector<report::Finding>&)>;
 
   /// `probe` is called on the watchdog thread every poll, `classify` on each capture;

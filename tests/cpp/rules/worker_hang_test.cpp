@@ -106,6 +106,18 @@ TEST(WatchdogRules, NoStackNoContextNoVerdict) {
   EXPECT_EQ(text(*find(owed, "worker_hang"), "stage"), "other");
 }
 
+TEST(WatchdogRules, BusyWorkerWithoutAStackIsStartingNotStuck) {
+  // A spawned worker still importing torch on a loaded machine: no stack handler yet, owes the
+  // awaited batch, runnable and making CPU progress (10% of a core over the stall).
+  auto starting = process(102, 0, 1, nullptr, "R", "running", 0.10);
+  starting.stack_note = "no handler for signal 58 (the hooks are not installed there)";
+  EXPECT_EQ(find(classify_hang(snapshot({starting}), context("spawn", 2)), "worker_hang"), nullptr);
+  // The same worker using no CPU is stuck.
+  auto idle = process(102, 0, 1, nullptr, "S", "poll", 0.0);
+  idle.stack_note = starting.stack_note;
+  EXPECT_NE(find(classify_hang(snapshot({idle}), context("spawn", 2)), "worker_hang"), nullptr);
+}
+
 TEST(WatchdogRules, SingleProcessLoaderStuckInGetitem) {
   const char* stack =
       "Current thread 0x1 (most recent call first):\n"
@@ -125,6 +137,65 @@ TEST(WatchdogRules, SingleProcessLoaderStuckInGetitem) {
   EXPECT_EQ(text(*f, "stage"), "getitem");
   EXPECT_EQ(number(*f, "worker"), -1);
   EXPECT_EQ(find(findings, "main_process_bound"), nullptr);
+}
+
+// Recorded (collate_deadlock.py --healthy under spawn, 3 busy loops beside it): the iterator
+// was dropped while its spawned workers still imported torch, and the main process joins them.
+constexpr const char* kMainJoiningWorkers =
+    "Current thread 0x00007f81758abb80 (most recent call first):\n"
+    "  File \"/usr/lib/python3.11/selectors.py\", line 415 in select\n"
+    "  File \"/usr/lib/python3.11/multiprocessing/connection.py\", line 947 in wait\n"
+    "  File \"/usr/lib/python3.11/multiprocessing/popen_fork.py\", line 40 in wait\n"
+    "  File \"/usr/lib/python3.11/multiprocessing/process.py\", line 149 in join\n"
+    "  File \"/t/torch/utils/data/dataloader.py\", line 1654 in _shutdown_workers\n"
+    "  File \"/t/torch/utils/data/dataloader.py\", line 1704 in __del__\n"
+    "  File \"/u/train.py\", line 72 in consume\n";
+// The spawned worker's stack, deeper than faulthandler writes: importing, no spawn frame left.
+constexpr const char* kWorkerImporting =
+    "Current thread 0x00007fef25bedb80 (most recent call first):\n"
+    "  File \"/usr/lib/python3.11/dataclasses.py\", line 433 in _create_fn\n"
+    "  File \"/t/torch/utils/_pytree.py\", line 488 in <module>\n"
+    "  File \"<frozen importlib._bootstrap>\", line 241 in _call_with_frames_removed\n"
+    "  File \"<frozen importlib._bootstrap_external>\", line 940 in exec_module\n"
+    "  File \"<frozen importlib._bootstrap>\", line 690 in _load_unlocked\n"
+    "  File \"/t/torch/_vmap_internals.py\", line 9 in <module>\n";
+
+TEST(WatchdogRules, MainJoiningStartingWorkersIsSlowNotStuck) {
+  auto main = process(100, -1, -1, kMainJoiningWorkers, "S", "poll");
+  auto w0 = process(101, 0, 0, kWorkerImporting, "R", "running", 0.09);
+  auto w1 = process(102, 0, 1, kWorkerImporting, "R", "running", 0.09);
+  // Workers that make progress while the main process waits on them in the loader: nothing.
+  EXPECT_TRUE(classify_hang(snapshot({main, w0, w1}), context("spawn", 2)).empty());
+  // Workers importing with no CPU at all (an import lock copied while held, say): stuck there.
+  auto s0 = process(101, 0, 0, kWorkerImporting, "S", "futex", 0.0);
+  auto s1 = process(102, 0, 1, kWorkerImporting, "S", "futex", 0.0);
+  auto stuck = classify_hang(snapshot({main, s0, s1}), context("spawn", 2));
+  const Finding* f = find(stuck, "worker_hang");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(text(*f, "stage"), "worker_init");
+  EXPECT_EQ(find(stuck, "main_process_bound"), nullptr);
+}
+
+TEST(WatchdogRules, WorkersExitingWhileTheIteratorEndsAreAShutdownNotADeath) {
+  auto main = process(100, -1, -1, kMainJoiningWorkers, "S", "poll");
+  auto exited = [](int pid, int worker, std::optional<int> code, std::optional<int> sig) {
+    auto p = process(pid, 0, worker, nullptr, "Z", "");
+    p.gone = true;
+    p.exit_code = code;
+    p.exit_signal = sig;
+    return p;
+  };
+  auto clean = snapshot({main, exited(101, 0, 0, std::nullopt), exited(102, 1, 0, std::nullopt)});
+  EXPECT_TRUE(classify_hang(clean, context("spawn", 2)).empty());
+  EXPECT_TRUE(judge_hang(clean, context("spawn", 2)).progressing);
+  // Killed while the iterator ends is still a death.
+  auto killed = snapshot({main, exited(101, 0, std::nullopt, 9), exited(102, 1, 0, std::nullopt)});
+  ASSERT_NE(find(classify_hang(killed, context("spawn", 2)), "worker_died"), nullptr);
+  EXPECT_FALSE(judge_hang(killed, context("spawn", 2)).progressing);
+  // The same clean exits while the main process waits for a batch: a death (it never sends it).
+  auto waiting = process(100, -1, -1, kMainWaiting, "S", "poll");
+  auto early = snapshot({waiting, exited(101, 0, 0, std::nullopt)});
+  EXPECT_NE(find(classify_hang(early, context("spawn", 2)), "worker_died"), nullptr);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <set>
 
 #include "dldoctor_core/analyze/text.hpp"
 
@@ -197,10 +198,19 @@ report::Finding finding(const Evidence& e) {
 
 std::vector<AtHang> detect_at_hang(const watchdog::HangSnapshot& snapshot,
                                    const watchdog::HangContext& context) {
+  // Loaders whose main process is ending the iterator: their workers exit on purpose.
+  std::set<int> ending;
+  for (const watchdog::ProcessCapture& p : snapshot.processes) {
+    if (p.worker >= 0) continue;
+    const int loader = effective_loader(p, context);
+    if (read_process(p, context.find(loader)).place == Place::kShuttingDown) ending.insert(loader);
+  }
   std::vector<Suspect> dead;
   for (const watchdog::ProcessCapture& p : snapshot.processes) {
     if (p.worker < 0) continue;
     if (!(p.gone || p.state == "Z" || p.state == "X" || p.state == "gone")) continue;
+    const bool clean = p.exit_code.value_or(-1) == 0 && !p.exit_signal;
+    if (clean && (ending.count(p.loader) || ending.count(-1))) continue;  // a shutdown
     dead.push_back({&p, read_process(p, context.find(p.loader)), p.loader});
   }
   std::vector<AtHang> out;

@@ -26,12 +26,16 @@ std::string stage_of(const Suspect& s, const watchdog::LoaderContext* loader) {
       return r.busy ? "" : "worker_init";
     case Place::kCollate:
       return "collate";
+    // Outside the fetch and making CPU progress (pickling a large batch into the queue,
+    // seeding, lazy imports before the first batch): slow, not stuck.
     case Place::kSending:
     case Place::kOther:
-      return p.worker >= 0 ? "other" : "";
+      return p.worker >= 0 && !r.busy ? "other" : "";
     case Place::kUnknown: {
-      // No stack: a worker is stuck only if it is known to owe a batch.
-      if (p.worker < 0 || loader == nullptr) return "";
+      // No stack: a worker is stuck only if it is known to owe a batch, and uses no CPU. A
+      // worker without a stack handler that still makes CPU progress is starting up (a spawned
+      // worker importing torch on a loaded machine takes seconds before the hooks exist).
+      if (p.worker < 0 || loader == nullptr || r.busy) return "";
       if (holds_awaited_batch(s, loader)) return "other";
       auto it = loader->outstanding.find(p.worker);
       return it != loader->outstanding.end() && !it->second.empty() ? "other" : "";
