@@ -374,11 +374,6 @@ SCENARIOS: list[dict] = [
         "expect": "no shm_exhausted",
         "needs": {"shm_mib": SHM_MIB},
         "checks": {"report": {"loaders.0.batches": {">": 20}}},
-        "known_false_positives": {
-            "cow_memory_growth": "about 1 run in 4: a worker's Private_Dirty rises early "
-            "(19 -> 54 MiB over its first 300 samples, 512 KiB tensors) and is extrapolated "
-            "to the epoch's end as copy-on-write growth, with no Python object to blame",
-        },
     },
     {
         "name": "worker_died",

@@ -58,6 +58,13 @@ std::optional<Growth> growth_of(const WorkerMemory& wm) {
   g.slope = *s;
   if (g.samples_last - g.samples_first < kCowMinSamples) return std::nullopt;
   if (g.last - g.first < kCowMinGrowthBytes || g.slope < kCowMinBytesPerSample) return std::nullopt;
+  // Still growing: the slope over the newer half of the reads (the last two at least).
+  const double mid = double(g.samples_first + g.samples_last) / 2;
+  auto late_begin = std::find_if(pts.begin(), pts.end(),
+                                 [&](const MemoryPoint& p) { return double(p.samples) >= mid; });
+  if (pts.end() - late_begin < 2) late_begin = pts.end() - 2;
+  auto recent = slope(std::vector<MemoryPoint>(late_begin, pts.end()));
+  if (!recent || *recent < kCowMinRecentBytesPerSample) return std::nullopt;
   return g;
 }
 

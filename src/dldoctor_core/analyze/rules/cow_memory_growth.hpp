@@ -33,6 +33,13 @@ inline constexpr double kCowMinGrowthBytes = 32 * kMiB;
 /// per sample; reading a numpy array copies nothing after warm-up.
 inline constexpr double kCowMinBytesPerSample = 256;
 
+/// The growth must still go on in the newer half of the reads (by samples read) at this
+/// slope: copy-on-write of a dataset's objects lasts as long as the reading, while a worker's
+/// own allocations (its first batches of large tensors, the allocator's arenas: tens of MiB
+/// with 512 KiB samples) rise early and then stay flat. Projecting such an early rise to the
+/// epoch's end would call a settled worker a growing one.
+inline constexpr double kCowMinRecentBytesPerSample = kCowMinBytesPerSample;
+
 /// Projected further growth of all the workers to the end of the epoch at which the
 /// finding is a warning: enough memory to matter on any machine, and it multiplies with
 /// num_workers. Below it (but growing) the finding is informational.
