@@ -34,6 +34,7 @@ import timeit
 
 from dldoctor import _ext
 from dldoctor.job import hooks as torch_hooks
+from dldoctor.job.worker import CTX
 
 EMIT_BUDGET_NS = 1000
 TINY_BUDGET = 0.98
@@ -97,9 +98,9 @@ def hook_cost_per_batch(ring_path: str, run_dir: str, n: int = 100_000) -> dict:
     plain_fetch, plain_single = fetch_ns(), single_ns()
     torch_hooks.install(ring_path, run_dir)
     try:
-        torch_hooks._ctx[0], torch_hooks._ctx[1] = 1, 0  # as inside worker 0 of loader 1
+        CTX.begin_worker(1, 0)  # as inside worker 0 of loader 1
         hooked_fetch = fetch_ns()
-        torch_hooks._ctx[0], torch_hooks._ctx[1] = 0, -1
+        CTX.loader, CTX.worker = 0, -1
         hooked_single = single_ns()
     finally:
         torch_hooks.uninstall()
