@@ -2,13 +2,14 @@
 // (each event standing for `weight` batches, the unmeasured tail on kIterEnd / kWorkerExit):
 // the counts come out exact and the figures the rules read (data stall, per-sample times,
 // bytes per batch, on-CPU share) as from every batch.
+#include "dldoctor_core/analyze/loader_track.hpp"
+
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <random>
 
-#include <gtest/gtest.h>
-
-#include "dldoctor_core/analyze/loader_track.hpp"
 #include "dldoctor_core/analyze/session.hpp"
 #include "dldoctor_core/trace/batch_sampler.hpp"
 
@@ -97,7 +98,8 @@ class SampledLoop : public ::testing::Test {
       // As the hooks decide: the hand-out at the previous batch; the fetch follows it.
       const bool measure = i == 0 || handouts.record(next, false, t);
       const uint16_t w = i == 0 ? 1 : uint16_t(handouts.weight());
-      if (fetches.record(measure, false, t)) sampled_.on_worker_batch(fetch_event(b, uint16_t(fetches.weight())));
+      if (fetches.record(measure, false, t))
+        sampled_.on_worker_batch(fetch_event(b, uint16_t(fetches.weight())));
       if (measure) sampled_.on_main_batch(handout_event(b, i == 0, w));
       t += b.fetch_ns + b.step_ns;
       next = handouts.decide(t);

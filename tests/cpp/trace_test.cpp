@@ -3,6 +3,7 @@
 // died between reserving and publishing a slot. Then what the writers decide: which batches
 // of a fast stream are measured (BatchSampler), which fetches are slow, the vocabulary.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -18,8 +19,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "dldoctor_core/common/error.hpp"
 #include "dldoctor_core/trace/batch_sampler.hpp"

@@ -9,6 +9,8 @@
 // would without dldoctor. Every function here runs with the GIL held; the state is this
 // process's (a forked worker resets its own in BatchContext.begin_worker).
 #include <Python.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 #include <structmember.h>
 #include <unistd.h>
 
@@ -19,15 +21,12 @@
 #include <string>
 #include <unordered_map>
 
-#include <nanobind/nanobind.h>
-#include <nanobind/stl/string.h>
-
 #include "dldoctor_core/common/clock.hpp"
 #include "dldoctor_core/trace/batch_sampler.hpp"
 #include "dldoctor_core/trace/event.hpp"
 #include "dldoctor_core/trace/slow_fetch.hpp"
-#include "register.hpp"
 #include "event_glue.hpp"
+#include "register.hpp"
 
 namespace nb = nanobind;
 
@@ -50,7 +49,7 @@ constexpr uint64_t kDetailEvery = 16;
 // CUDA memory is read at a batch hand-out at most this often (a note a second sizes a batch).
 constexpr int64_t kCudaMemoryEveryNs = 1'000'000'000;
 constexpr int64_t kLongAgoNs = int64_t{1} << 62;
-// Sample periods remembered per loader (a new epoch starts at its loader's last period);
+// Hand-out samplers remembered per loader (a new epoch goes on from its loader's last);
 // past this many loaders the memory starts over.
 constexpr size_t kMaxRememberedLoaders = 4096;
 
@@ -66,7 +65,7 @@ inline int64_t coarse_now_ns() noexcept {
 struct FetchStream {
   trace::BatchSampler sampler;
   trace::SlowFetchDetector slow;
-  uint64_t fetches = 0;               ///< fetches that returned a batch
+  uint64_t fetches = 0;                ///< fetches that returned a batch
   int64_t last_fetch_ns = kLongAgoNs;  ///< the previous fetch (first: "long", so it is detailed)
 
   void reset() noexcept {
@@ -82,46 +81,44 @@ struct IterState;
 /// This process's hook context (one object, `_ext.batch_context`): what the fetch hook
 /// attributes a batch to, the fetch in progress, and the callbacks into dldoctor.job.
 struct BatchContext {
-  PyObject_HEAD
-  int loader;              ///< 0: this process's fetches are not watched
-  int worker;              ///< -1: the main process
-  long long index;         ///< batch index of the fetch in progress (-1 unknown)
-  long long epoch;         ///< a worker's epoch (persistent workers count on), 0 unknown
-  char index_from_frame;   ///< no index-queue proxy here: read `idx` from the caller's frame
-  char wait_hooked;        ///< _get_data is hooked (else the main process's wait is unknown)
-  char worker_started;     ///< the _worker_loop hook ran in this process
-  long long collate_ns;    ///< of the fetch in progress
+  PyObject_HEAD int loader;  ///< 0: this process's fetches are not watched
+  int worker;                ///< -1: the main process
+  long long index;           ///< batch index of the fetch in progress (-1 unknown)
+  long long epoch;           ///< a worker's epoch (persistent workers count on), 0 unknown
+  char index_from_frame;     ///< no index-queue proxy here: read `idx` from the caller's frame
+  char wait_hooked;          ///< _get_data is hooked (else the main process's wait is unknown)
+  char worker_started;       ///< the _worker_loop hook ran in this process
+  long long collate_ns;      ///< of the fetch in progress
   long long collate_samples;
-  char timing_collate;     ///< the fetch in progress is measured: time its collate
+  char timing_collate;  ///< the fetch in progress is measured: time its collate
   /// A single-process fetch follows its hand-out's sample: 0 a worker's fetch (its own
   /// stream decides), kSkipFetch or kMeasureFetch as the hand-out decided.
   char single_decision;
   unsigned long long process_fetches;  ///< every fetch of this process (profile candidates)
-  long long cuda_next_ns;  ///< next CUDA memory reading (main process)
-  FetchStream* worker_stream;  ///< this worker's fetches
-  FetchStream* stream;         ///< the stream of the fetch in progress
-  PyObject* current_it;        ///< borrowed: the iterator whose multi-process _next_data runs
-  IterState* current_st;       ///< borrowed: its state
-  IterState* cached_st;        ///< the state last looked up (strong): most batches skip the dict
-  PyObject* fetcher_ref;       ///< weakref to the fetcher whose collate_fn was last checked
+  long long cuda_next_ns;              ///< next CUDA memory reading (main process)
+  FetchStream* worker_stream;          ///< this worker's fetches
+  FetchStream* stream;                 ///< the stream of the fetch in progress
+  PyObject* current_it;   ///< borrowed: the iterator whose multi-process _next_data runs
+  IterState* current_st;  ///< borrowed: its state
+  IterState* cached_st;   ///< the state last looked up (strong): most batches skip the dict
+  PyObject* fetcher_ref;  ///< weakref to the fetcher whose collate_fn was last checked
   // Set by configure() (strong references); nullptr until then and after reset().
-  PyObject* iters;  ///< dict: id(iterator) -> IterState
-  PyObject* pin_ns;  ///< dict: id(pinned batch) -> ns spent pinning it
-  PyObject* on_batch_bytes;    ///< (batch) -> int
-  PyObject* on_fetch_error;    ///< (exc, loader, worker, index, t0_ns)
-  PyObject* on_slow_fetch;     ///< (loader, worker, index, fetch_ns, mean_ns, indices)
-  PyObject* on_frame_index;    ///< () -> int
-  PyObject* on_profile_start;  ///< () -> profiler or None
+  PyObject* iters;              ///< dict: id(iterator) -> IterState
+  PyObject* pin_ns;             ///< dict: id(pinned batch) -> ns spent pinning it
+  PyObject* on_batch_bytes;     ///< (batch) -> int
+  PyObject* on_fetch_error;     ///< (exc, loader, worker, index, t0_ns)
+  PyObject* on_slow_fetch;      ///< (loader, worker, index, fetch_ns, mean_ns, indices)
+  PyObject* on_frame_index;     ///< () -> int
+  PyObject* on_profile_start;   ///< () -> profiler or None
   PyObject* on_profile_finish;  ///< (profiler, loader, worker, index, epoch, fetch_ns or -1)
-  PyObject* on_next_error;     ///< (iterator, state, exc)
+  PyObject* on_next_error;      ///< (iterator, state, exc)
   PyObject* on_get_data_error;  ///< (iterator, exc)
-  PyObject* on_cuda_memory;    ///< (loader)
+  PyObject* on_cuda_memory;     ///< (loader)
 };
 
 /// A main-process iterator's state (`_ext.IterState`), found through BatchContext.iters.
 struct IterState {
-  PyObject_HEAD
-  int loader_id;
+  PyObject_HEAD int loader_id;
   char multiprocess;
   char ended;
   char in_next;  ///< its _next_data is running (multi-process)
@@ -132,8 +129,8 @@ struct IterState {
   long long wait_ns;       ///< filled by _get_data during one _next_data
   long long got_idx;
   int got_worker;
-  PyObject* died;  ///< set of worker ids reported dead
-  PyObject* ref;   ///< weakref to the iterator, or None
+  PyObject* died;       ///< set of worker ids reported dead
+  PyObject* ref;        ///< weakref to the iterator, or None
   FetchStream* stream;  ///< single-process: the fetches it does itself
   /// Single-process: which hand-outs are measured (a fast loop's are sampled; those of a
   /// loader with workers never are, the hang doctor needs each one).
@@ -150,8 +147,7 @@ constexpr const char* kRoleNames[] = {"fetch",       "collate",    "index_get",
                                       "single_next", "multi_next", "get_data"};
 
 struct HotMethod {
-  PyObject_HEAD
-  vectorcallfunc vectorcall;
+  PyObject_HEAD vectorcallfunc vectorcall;
   PyObject* orig;
   PyObject* dict;
   PyObject* role_name;  ///< interned: "fetch", "collate", ...
@@ -160,11 +156,10 @@ struct HotMethod {
 
 PyObject* g_role_names[std::size(kRoleNames)] = {};
 
-/// Each loader's last sample period (single-process iterators), so its next epoch starts
-/// sampled: an epoch of a fast loader may be shorter than the rate window.
-std::unordered_map<int, uint32_t>* g_loader_periods = nullptr;
-
-void remember_period(const IterState* st);
+/// Each loader's hand-out sampler as its last epoch left it (single-process iterators): the
+/// next epoch goes on from there, rate window included, so a fast loader whose epochs are
+/// shorter than a window is still sampled.
+std::unordered_map<int, trace::BatchSampler>* g_loader_samplers = nullptr;
 
 PyTypeObject* g_hot_type = nullptr;
 PyTypeObject* g_iter_type = nullptr;
@@ -316,8 +311,8 @@ void wrap_collate(PyObject* fetcher) {
     PyErr_Clear();
     return;
   }
-  const bool ours = Py_TYPE(cf) == g_hot_type &&
-                    reinterpret_cast<HotMethod*>(cf)->role == Role::kCollate;
+  const bool ours =
+      Py_TYPE(cf) == g_hot_type && reinterpret_cast<HotMethod*>(cf)->role == Role::kCollate;
   if (!ours) {
     if (PyObject* w = new_hot(Role::kCollate, cf)) {
       if (PyObject_SetAttr(fetcher, g_str_collate_fn, w) < 0) PyErr_Clear();
@@ -359,8 +354,8 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
   const bool sampled =
       c.single_decision ? c.single_decision == kMeasureFetch : s.sampler.decide(coarse0);
   const bool measure = sampled || profiler != nullptr;
-  const bool detail = measure && (s.last_fetch_ns >= kDetailAlwaysNs ||
-                                  s.sampler.measured() % kDetailEvery == 0);
+  const bool detail =
+      measure && (s.last_fetch_ns >= kDetailAlwaysNs || s.sampler.measured() % kDetailEvery == 0);
   c.collate_ns = 0;
   c.collate_samples = 0;
   c.timing_collate = measure;
@@ -380,8 +375,8 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
       Py_DECREF(profiler);
     }
     if (go_on && err.is(PyExc_Exception) && !err.is(PyExc_StopIteration))
-      go_on = call_back(c.on_fetch_error, "OiiLL", err.value ? err.value : Py_None, loader,
-                        worker, idx, (long long)t0);
+      go_on = call_back(c.on_fetch_error, "OiiLL", err.value ? err.value : Py_None, loader, worker,
+                        idx, (long long)t0);
     if (!go_on) {
       err.drop();
       return nullptr;
@@ -508,9 +503,8 @@ PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf,
   if (measure) {
     const int64_t t1 = now_ns();
     const long long last = st->last_handout;
-    writer_emit(int64_t(EventKind::kMainBatch), st->loader_id, -1, st->batches,
-                c.collate_samples, t0, t1 - t0, last ? t0 - last : -1, pin, 0, 0,
-                first ? 1 : handouts.weight());
+    writer_emit(int64_t(EventKind::kMainBatch), st->loader_id, -1, st->batches, c.collate_samples,
+                t0, t1 - t0, last ? t0 - last : -1, pin, 0, 0, first ? 1 : handouts.weight());
   }
   ++st->batches;
   const int64_t coarse = coarse_now_ns();
@@ -722,11 +716,10 @@ PyType_Slot hot_slots[] = {
     {0, nullptr},
 };
 
-PyType_Spec hot_spec = {
-    "dldoctor._ext.HotMethod", sizeof(HotMethod), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
-        Py_TPFLAGS_METHOD_DESCRIPTOR,
-    hot_slots};
+PyType_Spec hot_spec = {"dldoctor._ext.HotMethod", sizeof(HotMethod), 0,
+                        Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                            Py_TPFLAGS_METHOD_DESCRIPTOR,
+                        hot_slots};
 
 // -- The IterState type ---------------------------------------------------------------------------
 PyObject* iter_new(PyTypeObject* tp, PyObject* args, PyObject* kwds) {
@@ -746,8 +739,8 @@ PyObject* iter_new(PyTypeObject* tp, PyObject* args, PyObject* kwds) {
   }
   st->loader_id = loader_id;
   st->multiprocess = char(multiprocess);
-  if (auto it = g_loader_periods->find(loader_id); it != g_loader_periods->end())
-    st->handouts->resume(it->second);
+  if (auto it = g_loader_samplers->find(loader_id); it != g_loader_samplers->end())
+    *st->handouts = it->second;  // its tail was taken when that epoch ended
   st->pid = int(::getpid());
   st->got_idx = -1;
   st->got_worker = -1;
@@ -784,17 +777,15 @@ void iter_dealloc(PyObject* self) {
   Py_DECREF(tp);
 }
 
-void remember_period(const IterState* st) {
-  if (st->multiprocess || st->batches == 0) return;
-  if (g_loader_periods->size() >= kMaxRememberedLoaders) g_loader_periods->clear();
-  (*g_loader_periods)[st->loader_id] = st->handouts->period();
-}
-
 PyObject* iter_take_unmeasured(PyObject* self, PyObject*) {
   auto* st = reinterpret_cast<IterState*>(self);
-  remember_period(st);  // the epoch ends
-  return Py_BuildValue("(kk)", (unsigned long)st->stream->sampler.take_unmeasured(),
-                       (unsigned long)st->handouts->take_unmeasured());
+  PyObject* tails = Py_BuildValue("(kk)", (unsigned long)st->stream->sampler.take_unmeasured(),
+                                  (unsigned long)st->handouts->take_unmeasured());
+  if (!st->multiprocess && st->batches > 0) {  // the epoch ends: its next one goes on from here
+    if (g_loader_samplers->size() >= kMaxRememberedLoaders) g_loader_samplers->clear();
+    (*g_loader_samplers)[st->loader_id] = *st->handouts;
+  }
+  return tails;
 }
 
 PyMethodDef iter_methods[] = {
@@ -979,8 +970,8 @@ PyType_Slot ctx_slots[] = {
     {0, nullptr},
 };
 
-PyType_Spec ctx_spec = {"dldoctor._ext.BatchContext", sizeof(BatchContext), 0,
-                        Py_TPFLAGS_DEFAULT, ctx_slots};
+PyType_Spec ctx_spec = {"dldoctor._ext.BatchContext", sizeof(BatchContext), 0, Py_TPFLAGS_DEFAULT,
+                        ctx_slots};
 
 PyObject* make_type(PyType_Spec* spec) {
   PyObject* t = PyType_FromSpec(spec);
@@ -1007,7 +998,7 @@ void register_batch_hooks(nb::module_& m) {
   g->worker = -1;
   g->index = -1;
   g->worker_stream = new FetchStream();
-  g_loader_periods = new std::unordered_map<int, uint32_t>();
+  g_loader_samplers = new std::unordered_map<int, trace::BatchSampler>();
   g->stream = g->worker_stream;
 
   // Types and the context live as long as the process (the module is never unloaded).

@@ -1,5 +1,7 @@
 // Glue for dldoctor_core/trace: the EventRing class (the watcher's reader side) and a
 // per-process writer used by the job hooks on every batch, which must stay well under 1 µs.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -11,15 +13,12 @@
 #include <string>
 #include <vector>
 
-#include <nanobind/nanobind.h>
-#include <nanobind/stl/string.h>
-
 #include "dldoctor_core/common/clock.hpp"
 #include "dldoctor_core/common/error.hpp"
 #include "dldoctor_core/trace/batch_sampler.hpp"
 #include "dldoctor_core/trace/ring.hpp"
-#include "register.hpp"
 #include "event_glue.hpp"
+#include "register.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -94,7 +93,7 @@ void refresh_pid() noexcept {
 bool writer_open(const std::string& path) {
   if (g_writer != nullptr && g_writer->path() == path) return true;
   auto* ring = new EventRing(EventRing::open(path));  // throws Error: one line
-  delete g_writer;  // callers hold the GIL, as every emitter does
+  delete g_writer;                                    // callers hold the GIL, as every emitter does
   g_writer = ring;
   refresh_pid();
   return true;
@@ -117,8 +116,7 @@ void register_trace(nb::module_& m) {
   refresh_pid();
   ::pthread_atfork(nullptr, nullptr, refresh_pid);
 
-  nb::class_<PyRing>(m, "EventRing",
-                     "The shared-memory event ring (many writers, one reader).")
+  nb::class_<PyRing>(m, "EventRing", "The shared-memory event ring (many writers, one reader).")
       .def_static(
           "create",
           [](const std::string& path, size_t capacity) {
@@ -150,8 +148,8 @@ void register_trace(nb::module_& m) {
           [](PyRing& self, int64_t kind, int64_t loader, int64_t worker, int64_t index,
              int64_t count, int64_t t_ns, int64_t v0, int64_t v1, int64_t v2, int64_t v3,
              int64_t flags, int64_t weight) {
-            return self.get().emit(make_event(kind, loader, worker, index, count, t_ns, v0, v1,
-                                              v2, v3, flags, weight, g_pid.load()));
+            return self.get().emit(make_event(kind, loader, worker, index, count, t_ns, v0, v1, v2,
+                                              v3, flags, weight, g_pid.load()));
           },
           "kind"_a, "loader"_a = 0, "worker"_a = -1, "index"_a = -1, "count"_a = 0, "t_ns"_a = 0,
           "v0"_a = 0, "v1"_a = 0, "v2"_a = 0, "v3"_a = 0, "flags"_a = 0, "weight"_a = 0,
@@ -171,7 +169,8 @@ void register_trace(nb::module_& m) {
       .def_prop_ro("watcher_pid", [](PyRing& self) { return self.get().watcher_pid(); })
       .def_prop_ro("closed", &PyRing::closed)
       .def("close", &PyRing::close, "Unmap the ring now (the file stays).")
-      .def("__enter__", [](PyRing& self) -> PyRing& { return self; }, nb::rv_policy::reference)
+      .def(
+          "__enter__", [](PyRing& self) -> PyRing& { return self; }, nb::rv_policy::reference)
       .def("__exit__", [](PyRing& self, nb::args) { self.close(); });
 
   m.def("trace_open", &writer_open, "path"_a,
@@ -204,7 +203,8 @@ void register_trace(nb::module_& m) {
       "A loader id unique across the job's processes; 0 when no ring is open.");
   m.def("trace_active", []() { return g_writer != nullptr; });
   m.def("trace_path", []() -> std::string { return g_writer != nullptr ? g_writer->path() : ""; });
-  m.def("trace_pid", []() { return g_pid.load(); }, "The pid events from this process carry.");
+  m.def(
+      "trace_pid", []() { return g_pid.load(); }, "The pid events from this process carry.");
   m.def(
       "trace_close",
       []() {

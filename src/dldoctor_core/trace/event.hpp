@@ -99,9 +99,9 @@ inline constexpr VocabularyEntry kEventKindNames[] = {
 };
 /// Every LoaderFlags bit.
 inline constexpr VocabularyEntry kLoaderFlagNames[] = {
-    {"pin_memory", kPinMemory},       {"persistent_workers", kPersistentWorkers},
-    {"in_order", kInOrder},           {"iterable_dataset", kIterableDataset},
-    {"drop_last", kDropLast},         {"custom_collate", kCustomCollate},
+    {"pin_memory", kPinMemory}, {"persistent_workers", kPersistentWorkers},
+    {"in_order", kInOrder},     {"iterable_dataset", kIterableDataset},
+    {"drop_last", kDropLast},   {"custom_collate", kCustomCollate},
 };
 /// Every BatchFlags bit.
 inline constexpr VocabularyEntry kBatchFlagNames[] = {{"profiled", kProfiled}};
@@ -127,8 +127,7 @@ constexpr bool runs_from(const VocabularyEntry (&t)[N], int64_t first) {
   return true;
 }
 }  // namespace detail
-static_assert(std::size(kEventKindNames) == kLastEventKind &&
-                  detail::runs_from(kEventKindNames, 1),
+static_assert(std::size(kEventKindNames) == kLastEventKind && detail::runs_from(kEventKindNames, 1),
               "every EventKind has a name, in order");
 static_assert(detail::runs_from(kStartMethodNames, 0) && std::size(kStartMethodNames) == 4);
 static_assert(detail::runs_from(kIterEndReasonNames, 0) && std::size(kIterEndReasonNames) == 3);
@@ -153,8 +152,15 @@ struct alignas(64) Event {
   Event(const Event& o) noexcept { *this = o; }
   Event& operator=(const Event& o) noexcept {
     seq.store(o.seq.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    pid = o.pid; t_ns = o.t_ns; kind = o.kind; flags = o.flags; loader = o.loader;
-    worker = o.worker; weight = o.weight; index = o.index; count = o.count;
+    pid = o.pid;
+    t_ns = o.t_ns;
+    kind = o.kind;
+    flags = o.flags;
+    loader = o.loader;
+    worker = o.worker;
+    weight = o.weight;
+    index = o.index;
+    count = o.count;
     for (int i = 0; i < 4; ++i) v[i] = o.v[i];
     return *this;
   }
