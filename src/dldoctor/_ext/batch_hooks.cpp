@@ -81,14 +81,15 @@ struct IterState;
 /// This process's hook context (one object, `_ext.batch_context`): what the fetch hook
 /// attributes a batch to, the fetch in progress, and the callbacks into dldoctor.job.
 struct BatchContext {
-  PyObject_HEAD int loader;  ///< 0: this process's fetches are not watched
-  int worker;                ///< -1: the main process
-  long long index;           ///< batch index of the fetch in progress (-1 unknown)
-  long long epoch;           ///< a worker's epoch (persistent workers count on), 0 unknown
-  char index_from_frame;     ///< no index-queue proxy here: read `idx` from the caller's frame
-  char wait_hooked;          ///< _get_data is hooked (else the main process's wait is unknown)
-  char worker_started;       ///< the _worker_loop hook ran in this process
-  long long collate_ns;      ///< of the fetch in progress
+  PyObject ob_base;       // PyObject_HEAD
+  int loader;             ///< 0: this process's fetches are not watched
+  int worker;             ///< -1: the main process
+  long long index;        ///< batch index of the fetch in progress (-1 unknown)
+  long long epoch;        ///< a worker's epoch (persistent workers count on), 0 unknown
+  char index_from_frame;  ///< no index-queue proxy here: read `idx` from the caller's frame
+  char wait_hooked;       ///< _get_data is hooked (else the main process's wait is unknown)
+  char worker_started;    ///< the _worker_loop hook ran in this process
+  long long collate_ns;   ///< of the fetch in progress
   long long collate_samples;
   char timing_collate;  ///< the fetch in progress is measured: time its collate
   /// A single-process fetch follows its hand-out's sample: 0 a worker's fetch (its own
@@ -118,7 +119,8 @@ struct BatchContext {
 
 /// A main-process iterator's state (`_ext.IterState`), found through BatchContext.iters.
 struct IterState {
-  PyObject_HEAD int loader_id;
+  PyObject ob_base;  // PyObject_HEAD
+  int loader_id;
   char multiprocess;
   char ended;
   char in_next;  ///< its _next_data is running (multi-process)
@@ -147,7 +149,8 @@ constexpr const char* kRoleNames[] = {"fetch",       "collate",    "index_get",
                                       "single_next", "multi_next", "get_data"};
 
 struct HotMethod {
-  PyObject_HEAD vectorcallfunc vectorcall;
+  PyObject ob_base;  // PyObject_HEAD
+  vectorcallfunc vectorcall;
   PyObject* orig;
   PyObject* dict;
   PyObject* role_name;  ///< interned: "fetch", "collate", ...
@@ -348,7 +351,9 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
     if (!settle_callback_error()) return nullptr;
   }
   // The coarse clock decides; a measured fetch is then timed on the precise one, an
-  // unmeasured one on the coarse one (enough to notice a slow fetch among fast ones).
+  // unmeasured one on the coarse one: its expected reading is the true time, so the slow-fetch
+  // mean stays right, and a fetch reads past the 10 ms cut only when it took over 10 ms
+  // minus one tick (4 ms at HZ=250).
   // The sample's bookkeeping waits for the fetch to return a batch (record() below).
   const int64_t coarse0 = coarse_now_ns();
   const bool sampled =
@@ -385,7 +390,7 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
     return nullptr;
   }
   const int64_t d = t1 - t0;
-  s.last_fetch_ns = d;
+  if (measure) s.last_fetch_ns = d;  // a coarse reading would make the next one look long
   ++s.fetches;
   s.sampler.record(sampled, profiler != nullptr, coarse0);
   bool go_on = true;
