@@ -197,3 +197,25 @@ def test_python_dash_m_from_a_shell_script_is_instrumented(tmp_path):
     handouts = [e for e in run.events if e.kind == K.K_MAIN_BATCH]
     assert [e.index for e in handouts] == [0, 1, 2] and {e.pid for e in handouts} == {pid}
     assert os.getpid() != pid
+
+
+STOPPED_MID_EPOCH = """
+from torch.utils.data import DataLoader
+it = iter(DataLoader(list(range(8 * 200_000)), batch_size=8))
+for _ in range(100_000):
+    next(it)
+print("handed out 100000")  # and exits with the iterator alive, mid-epoch
+"""
+
+
+def test_a_loop_stopped_mid_epoch_still_counts_every_batch(tmp_path):
+    script = tmp_path / "stopped.py"
+    script.write_text(STOPPED_MID_EPOCH)
+    run = run_watched([sys.executable, str(script)], tmp_path / "run", capacity=1 << 18)
+    assert run.proc.returncode == 0, run.proc.stderr[-3000:]
+    (end,) = [e for e in run.events if e.kind == K.K_ITER_END]
+    assert (end.index, end.v0) == (100_000, K.END_SHUTDOWN)  # ended at exit, tails included
+    handouts = [e for e in run.events if e.kind == K.K_MAIN_BATCH]
+    fetches = [e for e in run.events if e.kind == K.K_WORKER_BATCH]
+    assert sum(max(e.weight, 1) for e in handouts) + end.v3 == 100_000
+    assert sum(max(e.weight, 1) for e in fetches) + end.v2 == 100_000

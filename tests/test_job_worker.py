@@ -189,9 +189,11 @@ def test_a_fast_workers_fetches_are_a_sample_with_exact_counts(in_process):
     data = [torch.tensor([i, i]) for i in range(64)]
     fetcher = _MapDatasetFetcher(data, True, default_collate, False)
     worker.CTX.begin_worker(9, 0)
-    n = 60_000
-    t0 = time.monotonic()
-    got = [fetcher.fetch([i % 64, (i + 1) % 64]) for i in range(n)]
+    # At least 0.6 s of fetches: the first 0.1 s is measured in full (the rate window).
+    got, t0 = [], time.monotonic()
+    while len(got) < 60_000 or time.monotonic() - t0 < 0.6:
+        got.extend(fetcher.fetch([i % 64, (i + 1) % 64]) for i in range(len(got), len(got) + 5000))
+    n = len(got)
     rate = n / (time.monotonic() - t0)
     tail = worker.CTX.take_unmeasured()
     period = worker.CTX.sample_period()
@@ -201,10 +203,9 @@ def test_a_fast_workers_fetches_are_a_sample_with_exact_counts(in_process):
     )
     evs = [Event(*e) for e in in_process.drain() if e[0] == K.K_WORKER_BATCH]
     assert period > 1 and any(e.weight > 1 for e in evs)
-    if (
-        rate > 20_000
-    ):  # ~1,000-2,000 measured a second past the first 0.1 s (not on a crowded machine)
-        assert len(evs) < n / 4
+    # Past the first 0.1 s, 1,000-2,000 measured a second (unless a crowded machine slows it)
+    if rate > 20_000:
+        assert len(evs) < n / 3
     assert sum(max(e.weight, 1) for e in evs) + tail == n  # every fetch is accounted for
     assert worker.CTX.worker_fetches() == n
     assert all(e.count == 2 and e.v0 >= e.v1 >= 0 for e in evs)

@@ -1,9 +1,9 @@
 // The per-batch hooks without a Python frame. Callables that stand in for torch's
-// `_MapDatasetFetcher.fetch` / `_IterableDatasetFetcher.fetch`, a fetcher's `collate_fn`, a
-// worker's index-queue `get`, and the iterators' `_next_data` / `_get_data`: each calls the
-// original with the same arguments (vectorcall, no tuple), times it and writes the batch's
-// event straight into the ring. What is rare (an exception, a profiled fetch, a slow batch,
-// a batch's bytes, CUDA memory) calls back into dldoctor.job.
+// `_MapDatasetFetcher.fetch` / `_IterableDatasetFetcher.fetch`, a worker's index-queue `get`
+// and the iterators' `_next_data` / `_get_data` (and, for a measured fetch only, the
+// fetcher's `collate_fn`): each calls the original with the same arguments (vectorcall, no
+// tuple), times it and writes the batch's event straight into the ring. What is rare (an exception,
+// a profiled fetch, a slow batch, a batch's bytes, CUDA memory) calls back into dldoctor.job.
 //
 // A C callable adds no frame to a traceback, so an exception reaches the user exactly as it
 // would without dldoctor. Every function here runs with the GIL held; the state is this
@@ -66,12 +66,14 @@ struct FetchStream {
   trace::BatchSampler sampler;
   trace::SlowFetchDetector slow;
   uint64_t fetches = 0;                ///< fetches that returned a batch
+  uint64_t measured = 0;               ///< of those, measured (every kDetailEvery-th: details)
   int64_t last_fetch_ns = kLongAgoNs;  ///< the previous fetch (first: "long", so it is detailed)
 
   void reset() noexcept {
     sampler.reset();
     slow.reset();
     fetches = 0;
+    measured = 0;
     last_fetch_ns = kLongAgoNs;
   }
 };
@@ -91,10 +93,10 @@ struct BatchContext {
   char worker_started;    ///< the _worker_loop hook ran in this process
   long long collate_ns;   ///< of the fetch in progress
   long long collate_samples;
-  char timing_collate;  ///< the fetch in progress is measured: time its collate
   /// A single-process fetch follows its hand-out's sample: 0 a worker's fetch (its own
   /// stream decides), kSkipFetch or kMeasureFetch as the hand-out decided.
   char single_decision;
+  unsigned int single_weight;          ///< the hand-outs a measured single-process batch stands for
   unsigned long long process_fetches;  ///< every fetch of this process (profile candidates)
   long long cuda_next_ns;              ///< next CUDA memory reading (main process)
   FetchStream* worker_stream;          ///< this worker's fetches
@@ -102,7 +104,6 @@ struct BatchContext {
   PyObject* current_it;   ///< borrowed: the iterator whose multi-process _next_data runs
   IterState* current_st;  ///< borrowed: its state
   IterState* cached_st;   ///< the state last looked up (strong): most batches skip the dict
-  PyObject* fetcher_ref;  ///< weakref to the fetcher whose collate_fn was last checked
   // Set by configure() (strong references); nullptr until then and after reset().
   PyObject* iters;              ///< dict: id(iterator) -> IterState
   PyObject* pin_ns;             ///< dict: id(pinned batch) -> ns spent pinning it
@@ -302,30 +303,36 @@ bool maybe_cuda_memory(int64_t t1, int loader) {
 PyObject* new_hot(Role role, PyObject* orig);
 
 // -- fetch, collate, index queue (workers; the main process for num_workers=0) ----------------
-/// Puts a collate hook on `fetcher` (once per fetcher object: the last one checked is
-/// remembered by a weak reference, so a new fetcher at a freed one's address is still seen).
-void wrap_collate(PyObject* fetcher) {
-  if (g->fetcher_ref != nullptr && referent(g->fetcher_ref) == fetcher) return;
-  Py_CLEAR(g->fetcher_ref);
-  g->fetcher_ref = PyWeakref_NewRef(fetcher, nullptr);
-  if (g->fetcher_ref == nullptr) PyErr_Clear();  // not weakly referenceable: check each time
-  PyObject* cf = PyObject_GetAttr(fetcher, g_str_collate_fn);
-  if (cf == nullptr) {
-    PyErr_Clear();
-    return;
-  }
-  const bool ours =
-      Py_TYPE(cf) == g_hot_type && reinterpret_cast<HotMethod*>(cf)->role == Role::kCollate;
-  if (!ours) {
-    if (PyObject* w = new_hot(Role::kCollate, cf)) {
-      if (PyObject_SetAttr(fetcher, g_str_collate_fn, w) < 0) PyErr_Clear();
-      Py_DECREF(w);
-    } else {
+/// A measured fetch times its collate_fn: a collate hook stands in for the fetcher's own for
+/// that one call (an unmeasured fetch calls the user's collate_fn directly, no extra level).
+struct CollateSwap {
+  PyObject* fetcher = nullptr;
+  PyObject* user = nullptr;  ///< the fetcher's collate_fn, put back by restore()
+
+  void install(PyObject* f) {
+    PyObject* cf = PyObject_GetAttr(f, g_str_collate_fn);
+    if (cf == nullptr) {
       PyErr_Clear();
+      return;
     }
+    PyObject* hook = new_hot(Role::kCollate, cf);
+    if (hook == nullptr || PyObject_SetAttr(f, g_str_collate_fn, hook) < 0) {
+      PyErr_Clear();
+      Py_XDECREF(hook);
+      Py_DECREF(cf);
+      return;
+    }
+    Py_DECREF(hook);
+    fetcher = f;
+    user = cf;
   }
-  Py_DECREF(cf);
-}
+  /// Call with no exception pending.
+  void restore() {
+    if (user == nullptr) return;
+    if (PyObject_SetAttr(fetcher, g_str_collate_fn, user) < 0) PyErr_Clear();
+    Py_CLEAR(user);
+  }
+};
 
 PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
   auto* m = reinterpret_cast<HotMethod*>(self);
@@ -333,7 +340,6 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
   BatchContext& c = *g;
   if (c.loader == 0 || nargs != 2 || kw != nullptr || !writer_active())
     return call_orig(m, args, nargsf, kw);
-  wrap_collate(args[0]);
   FetchStream& s = *c.stream;
   const int loader = c.loader, worker = c.worker;
   long long idx = c.index;
@@ -343,8 +349,12 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
     Py_XDECREF(r);
     if (!settle_callback_error()) return nullptr;
   }
+  // A single-process fetch is measured when its hand-out is (the others pass through here
+  // unmeasured and unprofiled).
+  const bool single = c.single_decision != 0;
   PyObject* profiler = nullptr;
-  if (++c.process_fetches % kProfileEvery == kProfileFirst % kProfileEvery &&
+  if ((!single || c.single_decision == kMeasureFetch) &&
+      ++c.process_fetches % kProfileEvery == kProfileFirst % kProfileEvery &&
       c.on_profile_start != nullptr) {
     profiler = PyObject_CallNoArgs(c.on_profile_start);
     if (profiler == Py_None) Py_CLEAR(profiler);
@@ -356,23 +366,23 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
   // minus one tick (4 ms at HZ=250).
   // The sample's bookkeeping waits for the fetch to return a batch (record() below).
   const int64_t coarse0 = coarse_now_ns();
-  const bool sampled =
-      c.single_decision ? c.single_decision == kMeasureFetch : s.sampler.decide(coarse0);
+  const bool sampled = single ? c.single_decision == kMeasureFetch : s.sampler.decide(coarse0);
   const bool measure = sampled || profiler != nullptr;
   const bool detail =
-      measure && (s.last_fetch_ns >= kDetailAlwaysNs || s.sampler.measured() % kDetailEvery == 0);
+      measure && (s.last_fetch_ns >= kDetailAlwaysNs || s.measured % kDetailEvery == 0);
   c.collate_ns = 0;
   c.collate_samples = 0;
-  c.timing_collate = measure;
+  CollateSwap collate;
+  if (measure) collate.install(args[0]);
   const int64_t c0 = detail ? thread_cpu_ns() : 0;
   const int64_t t0 = measure ? now_ns() : coarse0;
   PyObject* data = call_orig(m, args, nargsf, kw);
   const int64_t t1 = measure ? now_ns() : coarse_now_ns();
   const int64_t c1 = detail ? thread_cpu_ns() : -1;
-  c.timing_collate = 0;
   if (data == nullptr) {
     PendingError err;
     err.take();
+    collate.restore();
     bool go_on = true;
     if (profiler != nullptr) {
       go_on = call_back(c.on_profile_finish, "OiiLLL", profiler, loader, worker, idx,
@@ -389,10 +399,13 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
     err.restore();
     return nullptr;
   }
+  collate.restore();
   const int64_t d = t1 - t0;
   if (measure) s.last_fetch_ns = d;  // a coarse reading would make the next one look long
   ++s.fetches;
-  s.sampler.record(sampled, profiler != nullptr, coarse0);
+  s.measured += measure;
+  if (!single) s.sampler.record(sampled, profiler != nullptr, coarse0);
+  const uint32_t weight = single ? (sampled ? c.single_weight : 1) : s.sampler.weight();
   bool go_on = true;
   if (profiler != nullptr) {
     go_on = call_back(c.on_profile_finish, "OiiLLL", profiler, loader, worker, idx,
@@ -409,8 +422,7 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
     }
     writer_emit(int64_t(EventKind::kWorkerBatch), loader, worker, idx,
                 c.collate_samples ? c.collate_samples : 1, t0, d, c.collate_ns,
-                detail ? c1 - c0 : -1, bytes, profiler != nullptr ? trace::kProfiled : 0,
-                s.sampler.weight());
+                detail ? c1 - c0 : -1, bytes, profiler != nullptr ? trace::kProfiled : 0, weight);
   }
   if (s.slow.observe(d, s.fetches))
     go_on = call_back(c.on_slow_fetch, "iiLLLO", loader, worker, idx, (long long)d,
@@ -431,7 +443,6 @@ PyObject* collate_call(PyObject* self, PyObject* const* args, size_t nargsf, PyO
     if (n < 0) PyErr_Clear();
     c.collate_samples = n > 0 ? n : 1;
   }
-  if (!c.timing_collate) return call_orig(m, args, nargsf, kw);
   const int64_t t = now_ns();
   PyObject* r = call_orig(m, args, nargsf, kw);
   c.collate_ns = now_ns() - t;
@@ -491,6 +502,7 @@ PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf,
   c.stream = st->stream;
   c.collate_samples = 0;
   c.single_decision = measure ? kMeasureFetch : kSkipFetch;
+  c.single_weight = first ? 1 : handouts.unmeasured() + 1;
   Py_INCREF(st);  // the iterator may drop its state while the fetch runs
   PyObject* data = call_orig(m, args, nargsf, kw);
   c.loader = saved_loader;
@@ -784,8 +796,9 @@ void iter_dealloc(PyObject* self) {
 
 PyObject* iter_take_unmeasured(PyObject* self, PyObject*) {
   auto* st = reinterpret_cast<IterState*>(self);
-  PyObject* tails = Py_BuildValue("(kk)", (unsigned long)st->stream->sampler.take_unmeasured(),
-                                  (unsigned long)st->handouts->take_unmeasured());
+  // A single-process fetch follows its hand-out's sample: the same tail for both.
+  const unsigned long tail = st->handouts->take_unmeasured();
+  PyObject* tails = Py_BuildValue("(kk)", tail, tail);
   if (!st->multiprocess && st->batches > 0) {  // the epoch ends: its next one goes on from here
     if (g_loader_samplers->size() >= kMaxRememberedLoaders) g_loader_samplers->clear();
     (*g_loader_samplers)[st->loader_id] = *st->handouts;
@@ -892,7 +905,6 @@ PyObject* ctx_reset(PyObject* self, PyObject*) {
   c->current_st = nullptr;
   c->wait_hooked = 0;
   Py_CLEAR(c->cached_st);
-  Py_CLEAR(c->fetcher_ref);
   Py_RETURN_NONE;
 }
 

@@ -5,6 +5,7 @@ entry point the injected `sitecustomize` and `dldoctor.watch()` call.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import sys
@@ -148,6 +149,17 @@ def _after_fork_in_child() -> None:
         register_stack_dump()
 
 
+def _at_exit() -> None:
+    # An iterator still alive when the process ends (a loop stopped mid-epoch) ends its epoch
+    # now, while the interpreter still runs: its kIterEnd carries the sample's tail, which a
+    # weakref callback during interpreter teardown may never send.
+    for st in list(main.ITERS.states.values()):
+        try:
+            main.iter_end(st, END_SHUTDOWN)
+        except Exception:
+            pass
+
+
 def _configure_batch_hooks() -> None:
     worker.CTX.configure(
         iters=main.ITERS.states,
@@ -191,6 +203,7 @@ def install(ring_path: str | None = None, run_dir: str | None = None) -> bool:
             p.fork_hook = True
             try:
                 os.register_at_fork(after_in_child=_after_fork_in_child)
+                atexit.register(_at_exit)  # forked workers leave by os._exit: not theirs
             except Exception:
                 pass
         register_stack_dump()

@@ -43,7 +43,7 @@ class ProcessHooks:
 
     def __init__(self):
         self.installed = False
-        self.fork_hook = False  # os.register_at_fork done (it cannot be undone)
+        self.fork_hook = False  # os.register_at_fork and atexit done (they cannot be undone)
         self.ring_path: str | None = None
         self.run_dir: str | None = None
         self.emit = None  # _ext.trace_emit while a ring is open

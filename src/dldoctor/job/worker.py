@@ -98,7 +98,7 @@ def begin(wi: _WorkerInit, worker_id) -> None:
     interpreter was not instrumented yet, reset the forked state, announce the worker."""
     wid = int(worker_id) if worker_id is not None else -1
     if PROCESS.emit is None and wi.ring_path:
-        from .install import install  # a spawned worker started without dldoctor's env
+        from .install import install  # a worker started without dldoctor's env
 
         install(wi.ring_path, wi.run_dir)
     elif PROCESS.run_dir is None and wi.run_dir:
