@@ -1,6 +1,9 @@
 // Cost of recording one event in C++ (budget: <= 50 ns, DESIGN §6), with one and two
-// writer threads contending for the ring's head; plus the refusal path and the drain.
+// writer threads contending for the ring's head; plus the refusal path, the drain, and what
+// an unmeasured batch of a sampled fast stream pays instead (the sampler's decision on the
+// coarse clock).
 //   build/cpp-*/event_bench --benchmark_min_time=0.5
+#include <benchmark/benchmark.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -9,9 +12,8 @@
 #include <string>
 #include <vector>
 
-#include <benchmark/benchmark.h>
-
 #include "dldoctor_core/common/clock.hpp"
+#include "dldoctor_core/trace/batch_sampler.hpp"
 #include "dldoctor_core/trace/ring.hpp"
 
 namespace {
@@ -102,6 +104,25 @@ void BM_EmitWithClocks(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_EmitWithClocks)->Iterations(kIterationsPerThread);
+
+// A batch of a fast stream (a period of 64), decided and recorded as the hooks do: a coarse
+// clock read at the start, the sampler's decision, its bookkeeping, a coarse read at the end.
+void BM_SampledBatch(benchmark::State& state) {
+  dldoctor::trace::BatchSampler s(1);
+  s.resume(64);
+  uint64_t measured = 0;
+  for (auto _ : state) {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    const int64_t t = int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+    const bool sampled = s.decide(t);
+    measured += s.record(sampled, false, t);
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    benchmark::DoNotOptimize(ts);
+  }
+  state.counters["measured_share"] = double(measured) / double(state.iterations());
+}
+BENCHMARK(BM_SampledBatch);
 
 // The refusal path when the ring is full (nobody draining): must stay cheap too.
 void BM_EmitFullRing(benchmark::State& state) {

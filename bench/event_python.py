@@ -1,7 +1,9 @@
 """What dldoctor's instrumentation costs from Python (budgets, DESIGN.md §6):
 
 1. one event recorded from Python (`_ext.trace_emit`): <= 1 us;
-2. what the hooks add to one batch, timed directly (worker side; whole single-process path);
+2. what the hooks add to one batch, timed directly in thread CPU time (worker side; whole
+   single-process path), steady (a fast stream measured as a sample) and with every batch
+   measured (a loader under 2,000 batches/s);
 3. whole-loop throughput of a watched DataLoader against the same loop unwatched, measured
    alternately in one process (install()/uninstall() between rounds, fresh forked workers
    each round): >= 98% on a tiny-batch worst case (thousands of batches/s), >= 99.5% on a
@@ -34,6 +36,7 @@ import timeit
 
 from dldoctor import _ext
 from dldoctor.job import hooks as torch_hooks
+from dldoctor.job.worker import CTX
 
 EMIT_BUDGET_NS = 1000
 TINY_BUDGET = 0.98
@@ -65,48 +68,66 @@ def emit_cost(ring_path: str, n: int = 1_000_000) -> dict:
     return out
 
 
-def hook_cost_per_batch(ring_path: str, run_dir: str, n: int = 100_000) -> dict:
-    """Nanoseconds the hooks add to one batch, timed directly in this process (no neighbour
-    noise): the worker side (fetch + collate hooks around PyTorch's own fetcher) and the whole
-    single-process path (main-side hook + fetch hooks)."""
+def hook_cost_per_batch(ring, run_dir: str, rounds: int = 15) -> dict:
+    """CPU ns the hooks add to one batch, timed directly in this process on this thread's
+    CPU clock (steadier than wall time on a shared machine), plain and hooked runs
+    alternated, medians: the worker side (torch's fetcher with default_collate, called as a
+    worker loop calls it) and a whole single-process loop (hand-out, fetch and collate
+    hooks). Each at two regimes: steady (a fast stream after its first 0.1 s, measured as a
+    sample) and every batch measured (what a loader under 2,000 batches/s pays on each)."""
     from torch.utils.data import DataLoader
     from torch.utils.data._utils.collate import default_collate
     from torch.utils.data._utils.fetch import _MapDatasetFetcher
 
-    data = list(range(8))
     index = list(range(8))
+    fetcher = _MapDatasetFetcher(list(range(8)), True, default_collate, False)
+    n_fetch, n_loop = 20_000, 20_000
+    loader = DataLoader(list(range(8 * n_loop)), batch_size=8)
 
-    def fetch_ns() -> float:
-        fetcher = _MapDatasetFetcher(data, True, default_collate, False)
-        return (
-            min(timeit.repeat(lambda: fetcher.fetch(index), number=n // 10, repeat=5))
-            / (n // 10)
-            * 1e9
-        )
+    def fetch_ns(n: int = n_fetch) -> float:
+        t = time.thread_time_ns()
+        for _ in range(n):
+            fetcher.fetch(index)
+        return (time.thread_time_ns() - t) / n
 
-    def single_ns() -> float:
-        best = float("inf")
-        for _ in range(3):
-            loader = DataLoader(list(range(8 * n // 10)), batch_size=8)
-            t0 = time.perf_counter()
-            for _ in loader:
-                pass
-            best = min(best, (time.perf_counter() - t0) / (n // 10) * 1e9)
-        return best
+    def loop_ns() -> float:
+        t = time.thread_time_ns()
+        for _ in loader:
+            pass
+        return (time.thread_time_ns() - t) / n_loop
 
-    plain_fetch, plain_single = fetch_ns(), single_ns()
-    torch_hooks.install(ring_path, run_dir)
-    try:
-        torch_hooks._ctx[0], torch_hooks._ctx[1] = 1, 0  # as inside worker 0 of loader 1
-        hooked_fetch = fetch_ns()
-        torch_hooks._ctx[0], torch_hooks._ctx[1] = 0, -1
-        hooked_single = single_ns()
-    finally:
-        torch_hooks.uninstall()
-    return {
-        "worker side (fetch of 8 ints + default_collate)": (plain_fetch, hooked_fetch),
-        "single-process loop, whole batch": (plain_single, hooked_single),
-    }
+    def hooked(measure, steady: bool, worker: bool) -> float:
+        torch_hooks.install(ring.path, run_dir)
+        try:
+            if worker:
+                CTX.begin_worker(1, 0)  # as inside worker 0 of loader 1
+                if steady:
+                    fetch_ns(2 * n_fetch)  # past the first rate window
+            elif steady:
+                loop_ns()  # the loader's first epoch: its next one starts sampled
+            return measure()
+        finally:
+            CTX.loader, CTX.worker = 0, -1
+            torch_hooks.uninstall()
+            ring.drain()
+
+    fetch_ns(), loop_ns()  # warm caches outside the comparison
+    out = {}
+    for label, measure, worker in (
+        ("worker side (fetch of 8 ints + default_collate)", fetch_ns, True),
+        ("single-process loop, whole batch", loop_ns, False),
+    ):
+        for steady in (True, False):
+            plain, watched = [], []
+            for r in range(rounds):
+                for is_watched in (False, True) if r % 2 == 0 else (True, False):
+                    if is_watched:
+                        watched.append(hooked(measure, steady, worker))
+                    else:
+                        plain.append(measure())
+            regime = "steady, a sample" if steady else "every batch measured"
+            out[f"{label}, {regime}"] = (statistics.median(plain), statistics.median(watched))
+    return out
 
 
 def make_loader(kind: str, batches: int):
@@ -200,15 +221,15 @@ def main(argv=None) -> int:
     ap.add_argument("--kinds", nargs="+", default=["tiny-0", "tiny-5k", "tiny-2", "typical"])
     args = ap.parse_args(argv)
     run_dir = tempfile.mkdtemp(prefix="dldoctor-bench-")
-    ring = _ext.EventRing.create(os.path.join(run_dir, "events.ring"), 1 << 18)
+    ring = _ext.EventRing.create(os.path.join(run_dir, "events.ring"), 1 << 20)
     try:
         print("== one event from Python (budget <= 1000 ns)")
         for label, ns in emit_cost(ring.path).items():
             print(f"  {label:36s} {ns:7.1f} ns")
         _ext.trace_close()
-        print("== hook cost per batch, timed directly")
-        for label, (plain, hooked) in hook_cost_per_batch(ring.path, run_dir).items():
-            print(f"  {label:48s} {plain:8.0f} ns -> {hooked:8.0f} ns  (+{hooked - plain:.0f} ns)")
+        print("== hook cost per batch, thread CPU time, median of alternated rounds")
+        for label, (plain, hooked) in hook_cost_per_batch(ring, run_dir).items():
+            print(f"  {label:70s} {plain:7.0f} ns -> {hooked:7.0f} ns  (+{hooked - plain:.0f} ns)")
         ring.drain()
         if args.skip_loops:
             return 0

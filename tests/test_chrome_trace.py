@@ -164,9 +164,9 @@ def test_a_cut_trace_says_so():
 
     main, worker = 1000, 1001
     events = [
-        (1, main, 1_000_000, 0, 0, 1, 2, 4, 0, main, 1, 1),  # iter start: 1 worker
-        (2, worker, 2_000_000, 0, 0, 0, 0, 4, 500_000, 100_000, 400_000, 64),
-        (3, main, 2_100_000, 0, 0, 0, 0, 0, 500_000, -1, -1, 0),
+        (1, main, 1_000_000, 0, 0, 1, 2, 4, 0, main, 1, 1, 0),  # iter start: 1 worker
+        (2, worker, 2_000_000, 0, 0, 0, 0, 4, 500_000, 100_000, 400_000, 64, 1),
+        (3, main, 2_100_000, 0, 0, 0, 0, 0, 500_000, -1, -1, 0, 0),
     ]
     doc = chrome_trace.build(
         {
@@ -182,3 +182,43 @@ def test_a_cut_trace_says_so():
     assert doc["otherData"]["cut"] is True and doc["otherData"]["events_dropped"] == 7
     cut = [e for e in doc["traceEvents"] if e["name"].startswith("trace cut")]
     assert len(cut) == 1 and "7 later events" in cut[0]["name"]
+
+
+FAST_JOB = r"""
+import torch
+from torch.utils.data import DataLoader
+
+if __name__ == "__main__":
+    # batch_size 8 of ints in one process: tens of thousands of batches a second
+    n = sum(1 for _ in DataLoader(list(range(8 * 150_000)), batch_size=8))
+    print("batches:", n)
+"""
+
+
+def test_a_fast_loop_is_shown_as_the_sample_it_is(tmp_path):
+    job = tmp_path / "fast.py"
+    job.write_text(FAST_JOB)
+    out = str(tmp_path / "fast.trace.json")
+    r = run_doctor([sys.executable, str(job)], tmp_path, ("--trace", out))
+    assert r.returncode == 0, r.stderr
+    assert "batches: 150000" in r.stdout
+    with open(out) as f:
+        doc = json.load(f)
+    _check_format(doc)
+    ev = doc["traceEvents"]
+    waits = [e for e in ev if e.get("cat") == "wait"]
+    fetches = [e for e in ev if e.get("cat") == "fetch"]
+    (end,) = [e for e in ev if e["name"].startswith("epoch 1 ends")]
+    assert end["args"]["batches"] == 150_000
+    assert doc["otherData"]["sampled"] is True
+    tracks = [e["args"]["name"] for e in ev if e["name"] == "thread_name"]
+    assert any("wait / step (a sample" in t for t in tracks), tracks
+    assert any("fetch (num_workers=0) (a sample" in t for t in tracks), tracks
+    # Each span says how many batches it stands for; together they are nearly all of them
+    # (the tail after the last one is on the epoch's end event, which the report counts).
+    assert len(waits) < 150_000 / 4 and any(w["args"].get("stands_for", 1) > 1 for w in waits)
+    shown = sum(w["args"].get("stands_for", 1) for w in waits)
+    assert 150_000 - 5_000 < shown <= 150_000
+    assert sum(f["args"].get("stands_for", 1) for f in fetches) <= 150_000
+    (loader,) = r.report["loaders"]
+    assert loader["batches"] == 150_000  # the report's count is exact

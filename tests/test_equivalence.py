@@ -3,6 +3,9 @@ its injection, yields the same batches in the same order, the same random augmen
 the same exceptions (type, message with the worker's traceback, and the frames of the main
 process's traceback), for fork and spawn, map-style and iterable datasets; the user's
 worker_init_fn is still called with each worker id, and its exceptions come through as before.
+Also where the C++ batch hooks could differ: persistent workers out of order, a sampler whose
+__next__ raises, an iterator dropped mid-epoch, pin_memory without workers, and a loop fast
+enough to be measured as a sample (with an exception inside it).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ pytest.importorskip("torch")
 
 import dldoctor  # noqa: E402
 from dldoctor import _ext  # noqa: E402
+from dldoctor.job.events import K_MAIN_BATCH  # noqa: E402
 
 INJECT_DIR = Path(dldoctor.__file__).resolve().parent / "_inject"
 
@@ -81,6 +85,31 @@ JOB = textwrap.dedent(
     def pairs(batch):  # a custom collate_fn
         return {"n": len(batch), "sum": torch.stack(batch).sum(0)}
 
+    class BrokenSampler:  # its iterator's __next__ raises mid-epoch, in the main process
+        def __len__(self):
+            return 12
+        def __iter__(self):
+            for i in range(12):
+                if i == 9:
+                    raise IndexError("sampler ran out at 9")
+                yield i
+
+    class Counted(Dataset):  # no randomness: which worker fetches what may vary by timing
+        def __len__(self):
+            return 24
+        def __getitem__(self, i):
+            return torch.tensor([i, 2 * i])
+
+    class Tiny:  # thousands of batches a second in one process: the hooks' sampled path
+        def __init__(self, n, bad=None):
+            self.n, self.bad = n, bad
+        def __len__(self):
+            return self.n
+        def __getitem__(self, i):
+            if i == self.bad:
+                raise ValueError(f"sample {i} is corrupt")
+            return i + int(torch.randint(0, 3, ()).item())
+
     def digest(obj):
         if isinstance(obj, torch.Tensor):
             return [str(obj.dtype), obj.tolist()]
@@ -90,14 +119,20 @@ JOB = textwrap.dedent(
             return [digest(v) for v in obj]
         return obj
 
-    def run(loader, epochs=1):
+    def run(loader, epochs=1, abandon_after=None, unordered=False, summary=False):
         open(INIT_LOG, "w").close()
         result = {"epochs": []}
         try:
-            for _ in range(epochs):
+            for epoch in range(epochs):
                 it = iter(loader)
                 try:
-                    result["epochs"].append([digest(b) for b in it])
+                    if abandon_after is not None and epoch == 0:  # dropped mid-epoch
+                        got = [digest(next(it)) for _ in range(abandon_after)]
+                        del it
+                    else:
+                        got = [int(b.sum()) if summary else digest(b) for b in it]
+                        result["after_end"] = next(it, "exhausted")  # asked again: still ends
+                    result["epochs"].append(sorted(got, key=json.dumps) if unordered else got)
                 except BaseException:
                     if hasattr(it, "_shutdown_workers"):
                         it._shutdown_workers()
@@ -136,6 +171,23 @@ JOB = textwrap.dedent(
                                            worker_init_fn=init_fails,
                                            multiprocessing_context="fork"))
         out["single"] = run(DataLoader(Augmented(), batch_size=7, drop_last=True))
+        # What the C++ hand-out and fetch hooks, and their sample, could break.
+        out["persistent-unordered-fork"] = run(DataLoader(
+            Counted(), batch_size=3, num_workers=2, persistent_workers=True, in_order=False,
+            multiprocessing_context="fork"), epochs=2, unordered=True)
+        for workers in (0, 1):
+            context = "fork" if workers else None
+            out[f"sampler-raises-{workers}"] = run(DataLoader(
+                Counted(), batch_size=2, sampler=BrokenSampler(), num_workers=workers,
+                multiprocessing_context=context))
+            out[f"abandoned-{workers}"] = run(DataLoader(
+                Augmented(), batch_size=4, num_workers=workers,
+                multiprocessing_context=context), epochs=2, abandon_after=2)
+        out["single-pin-memory"] = run(DataLoader(Augmented(), batch_size=5, pin_memory=True))
+        out["fast-single"] = run(DataLoader(Tiny(8 * 40_000), batch_size=8), epochs=2,
+                                 summary=True)
+        out["fast-single-raises"] = run(DataLoader(Tiny(8 * 40_000, bad=8 * 31_000 + 3),
+                                                   batch_size=8), summary=True)
         with open(out_path, "w") as f:
             json.dump(out, f)
 
@@ -172,7 +224,9 @@ def _run(script: Path, tmp: Path, watched: bool) -> dict:
         assert proc.returncode == 0, proc.stderr[-4000:]
         out = json.loads((tmp / "out.json").read_text())
         if ring is not None:
-            out["_events"] = len(ring.drain())
+            evs = ring.drain()
+            out["_events"] = len(evs)
+            out["_main_batches"] = sum(1 for e in evs if e[0] == K_MAIN_BATCH)
         return out
     finally:
         if ring is not None:
@@ -196,6 +250,14 @@ SCENARIOS = [
     "raises-main",
     "init-fails",
     "single",
+    "persistent-unordered-fork",
+    "sampler-raises-0",
+    "sampler-raises-1",
+    "abandoned-0",
+    "abandoned-1",
+    "single-pin-memory",
+    "fast-single",
+    "fast-single-raises",
 ]
 
 
@@ -230,3 +292,19 @@ def test_the_scenarios_exercise_what_they_claim(runs):
     assert plain["raises-main"]["error"]["message"] == "cannot decode sample 7"
     assert "no shard for worker 0" in plain["init-fails"]["error"]["message"]
     assert plain["init-fails"]["error"]["type"] == "builtins.RuntimeError"
+    p = plain["persistent-unordered-fork"]
+    assert len(p["epochs"]) == 2 and len(p["epochs"][0]) == 8
+    assert p["epochs"][0] == p["epochs"][1] and p["after_end"] == "exhausted"
+    for workers in (0, 1):
+        err = plain[f"sampler-raises-{workers}"]["error"]
+        assert err["type"] == "builtins.IndexError" and err["message"] == "sampler ran out at 9"
+        a = plain[f"abandoned-{workers}"]["epochs"]
+        assert [len(e) for e in a] == [2, 6]
+    assert len(plain["single-pin-memory"]["epochs"][0]) == 5
+    fast = plain["fast-single"]["epochs"]
+    assert len(fast) == 2 and len(fast[0]) == 40_000 and fast[0] != fast[1]  # re-augmented
+    bad = plain["fast-single-raises"]
+    assert bad["error"]["type"] == "builtins.ValueError" and "248003" in bad["error"]["message"]
+    assert bad["epochs"] == []
+    # The watched run of the fast loop was sampled (hands-outs measured: a small share).
+    assert runs[1]["_main_batches"] < 40_000

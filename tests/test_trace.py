@@ -8,8 +8,7 @@ import os
 import pytest
 
 from dldoctor import _ext
-
-K_WORKER_BATCH = 2
+from dldoctor.job.events import K_WORKER_BATCH
 
 
 @pytest.fixture()
@@ -37,7 +36,7 @@ def test_create_emit_drain_round_trip(ring):
         flags=1,
     )
     events = ring.drain()
-    assert events == [(K_WORKER_BATCH, os.getpid(), 123, 1, 3, 1, 7, 64, 10, -1, 2**40, 4096)]
+    assert events == [(K_WORKER_BATCH, os.getpid(), 123, 1, 3, 1, 7, 64, 10, -1, 2**40, 4096, 0)]
     assert ring.drain() == []
 
 
@@ -98,7 +97,7 @@ def test_process_writer_and_loader_ids(ring):
     assert _ext.trace_emit(K_WORKER_BATCH, 9, 2, 5, 4, 0, 1, 2, 3, 4, flags=1)
     (ev,) = ring.drain()
     assert ev[0] == K_WORKER_BATCH and ev[1] == os.getpid()
-    assert ev[3:] == (1, 9, 2, 5, 4, 1, 2, 3, 4)
+    assert ev[3:] == (1, 9, 2, 5, 4, 1, 2, 3, 4, 0)
 
 
 def test_forked_child_writes_with_its_own_pid(ring):

@@ -1,6 +1,7 @@
 """dldoctor's C++ core (glue only)"""
 
 from collections.abc import Sequence
+import types
 
 
 class CoreError(Exception):
@@ -67,10 +68,10 @@ class EventRing:
 
     def drain(self, max: int = 0) -> list:
         """
-        Committed events in order, as tuples (kind, pid, t_ns, flags, loader, worker, index, count, v0, v1, v2, v3); max=0 takes all.
+        Committed events in order, as tuples (kind, pid, t_ns, flags, loader, worker, index, count, v0, v1, v2, v3, weight); max=0 takes all.
         """
 
-    def emit(self, kind: int, loader: int = 0, worker: int = -1, index: int = -1, count: int = 0, t_ns: int = 0, v0: int = 0, v1: int = 0, v2: int = 0, v3: int = 0, flags: int = 0) -> bool:
+    def emit(self, kind: int, loader: int = 0, worker: int = -1, index: int = -1, count: int = 0, t_ns: int = 0, v0: int = 0, v1: int = 0, v2: int = 0, v3: int = 0, flags: int = 0, weight: int = 0) -> bool:
         """Append one event through this mapping (t_ns=0: now). False when full."""
 
     def next_loader_id(self) -> int: ...
@@ -111,9 +112,14 @@ def trace_open(path: str) -> bool:
     Open the ring this process writes to (once per process; forked children inherit it). Raises CoreError with one line when the file is not a usable ring.
     """
 
-def trace_emit(kind: int, loader: int, worker: int, index: int, count: int, t_ns: int, v0: int = 0, v1: int = 0, v2: int = 0, v3: int = 0, flags: int = 0) -> bool:
+def trace_emit(kind: int, loader: int, worker: int, index: int, count: int, t_ns: int, v0: int = 0, v1: int = 0, v2: int = 0, v3: int = 0, flags: int = 0, weight: int = 0) -> bool:
     """
     Record one event from this process (t_ns=0: now). False when no ring is open or it is full; never raises.
+    """
+
+def trace_vocabulary() -> dict:
+    """
+    The event vocabulary of trace/event.hpp, its one definition: {'kind': {name: value}, 'loader_flag', 'batch_flag', 'start_method', 'iter_end_reason'}, and 'event_fields', the names of an event tuple's fields.
     """
 
 def trace_next_loader_id() -> int:
@@ -134,6 +140,106 @@ def monotonic_ns() -> int:
 
 def thread_cpu_ns() -> int:
     """CPU time of the calling thread in ns."""
+
+class HotMethod:
+    """
+    A dldoctor hook standing in for a torch method: calls the original with the same arguments and records the batch.
+    """
+
+    def __repr__(self, /):
+        """Return repr(self)."""
+
+    def __call__(self, /, *args, **kwargs):
+        """Call self as a function."""
+
+    def __get__(self, instance, owner=None, /):
+        """Return an attribute of instance, which is of type owner."""
+
+    __vectorcalloffset__: types.MemberDescriptorType = ...
+
+    original: types.MemberDescriptorType = ...
+
+    role: types.MemberDescriptorType = ...
+
+class IterState:
+    """
+    IterState(loader_id, multiprocess): a main-process iterator's state, read by the batch hooks.
+    """
+
+    take_unmeasured: types.MethodDescriptorType = ...
+
+    loader_id: types.MemberDescriptorType = ...
+
+    multiprocess: types.MemberDescriptorType = ...
+
+    ended: types.MemberDescriptorType = ...
+
+    in_next: types.MemberDescriptorType = ...
+
+    pid: types.MemberDescriptorType = ...
+
+    epoch: types.MemberDescriptorType = ...
+
+    batches: types.MemberDescriptorType = ...
+
+    last_handout: types.MemberDescriptorType = ...
+
+    wait_ns: types.MemberDescriptorType = ...
+
+    got_idx: types.MemberDescriptorType = ...
+
+    got_worker: types.MemberDescriptorType = ...
+
+    died: types.MemberDescriptorType = ...
+
+    ref: types.MemberDescriptorType = ...
+
+class BatchContext:
+    """This process's batch-hook context (one instance: _ext.batch_context)."""
+
+    configure: types.MethodDescriptorType = ...
+
+    reset: types.MethodDescriptorType = ...
+
+    forget_states: types.MethodDescriptorType = ...
+
+    begin_worker: types.MethodDescriptorType = ...
+
+    take_unmeasured: types.MethodDescriptorType = ...
+
+    worker_fetches: types.MethodDescriptorType = ...
+
+    sample_period: types.MethodDescriptorType = ...
+
+    loader: types.MemberDescriptorType = ...
+
+    worker: types.MemberDescriptorType = ...
+
+    index: types.MemberDescriptorType = ...
+
+    epoch: types.MemberDescriptorType = ...
+
+    index_from_frame: types.MemberDescriptorType = ...
+
+    wait_hooked: types.MemberDescriptorType = ...
+
+    worker_started: types.MemberDescriptorType = ...
+
+    process_fetches: types.MemberDescriptorType = ...
+
+    cuda_next_ns: types.MemberDescriptorType = ...
+
+batch_context: BatchContext = ...
+
+def hot_method(role: str, original: object) -> object:
+    """
+    A HotMethod standing in for `original`: role is one of fetch, collate, index_get, single_next, multi_next, get_data.
+    """
+
+def batch_hook_constants() -> dict:
+    """
+    The batch hooks' schedule: profile candidates, detail sampling, batch sampling.
+    """
 
 SHM_MARGIN: float = 2.0
 

@@ -1,12 +1,15 @@
 // The event ring: ordering, no loss or duplication under many writers, drops when full
 // without blocking, writers in other processes (fork, open by path), and a writer that
-// died between reserving and publishing a slot.
+// died between reserving and publishing a slot. Then what the writers decide: which batches
+// of a fast stream are measured (BatchSampler), which fetches are slow, the vocabulary.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -17,10 +20,10 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "dldoctor_core/common/error.hpp"
+#include "dldoctor_core/trace/batch_sampler.hpp"
 #include "dldoctor_core/trace/ring.hpp"
+#include "dldoctor_core/trace/slow_fetch.hpp"
 
 namespace fs = std::filesystem;
 using dldoctor::trace::Event;
@@ -67,6 +70,7 @@ TEST_F(TraceRing, RoundTripKeepsEveryField) {
   e.flags = 5;
   e.v[1] = -7;
   e.v[2] = INT64_MAX;
+  e.weight = 9;
   ASSERT_TRUE(ring.emit(e));
   std::vector<Event> out;
   ASSERT_EQ(ring.drain(out), 1u);
@@ -83,6 +87,7 @@ TEST_F(TraceRing, RoundTripKeepsEveryField) {
   EXPECT_EQ(got.v[1], -7);
   EXPECT_EQ(got.v[2], INT64_MAX);
   EXPECT_EQ(got.v[3], -1);
+  EXPECT_EQ(got.weight, 9);
   EXPECT_EQ(ring.drain(out), 0u);
 }
 
@@ -328,4 +333,172 @@ TEST_F(TraceRing, LoaderIdsAreUniqueAcrossThreads) {
   for (auto& v : got) all.insert(v.begin(), v.end());
   EXPECT_EQ(all.size(), 4000u);
   EXPECT_EQ(all.count(0), 0u);
+}
+
+// -- Which batches of a stream are measured (BatchSampler) ----------------------------------
+namespace {
+
+using dldoctor::trace::BatchSampler;
+
+constexpr int64_t kSecond = 1'000'000'000;
+
+/// Feeds `n` batches at `per_second` to `s` from `t0`; returns {measured, sum of weights}.
+std::pair<int64_t, int64_t> feed(BatchSampler& s, int64_t n, int64_t per_second, int64_t& t) {
+  int64_t measured = 0, weights = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (s.take(t)) {
+      ++measured;
+      weights += s.weight();
+    }
+    t += kSecond / per_second;
+  }
+  return {measured, weights};
+}
+
+}  // namespace
+
+TEST(BatchSampler, EveryBatchOfANormalLoaderIsMeasured) {
+  BatchSampler s(7);
+  int64_t t = kSecond;
+  auto [measured, weights] = feed(s, 3000, 1500, t);  // two seconds at 1,500 batches/s
+  EXPECT_EQ(measured, 3000);
+  EXPECT_EQ(weights, 3000);
+  EXPECT_EQ(s.period(), 1u);
+  EXPECT_EQ(s.unmeasured(), 0u);
+}
+
+TEST(BatchSampler, AFastStreamIsSampledAndItsCountStaysExact) {
+  BatchSampler s(11);
+  int64_t t = kSecond;
+  const int64_t n = 800'000;  // ten seconds at 80,000 batches/s
+  auto [measured, weights] = feed(s, n, 80'000, t);
+  EXPECT_EQ(s.period(), 64u);  // 80,000/s over 1,000/s measured, to a power of two
+  // The first window (0.1 s) is measured in full, then about 1,250 a second.
+  EXPECT_GT(measured, 8'000 + 9 * 1'000);
+  EXPECT_LT(measured, 8'000 + 9 * 1'600);
+  EXPECT_EQ(weights + s.unmeasured(), n);  // every batch is counted by some event or the tail
+  EXPECT_EQ(s.take_unmeasured() + weights, n);
+  EXPECT_EQ(s.unmeasured(), 0u);
+}
+
+TEST(BatchSampler, ASlowedStreamIsMeasuredAgainWithinTheGap) {
+  BatchSampler s(3);
+  int64_t t = kSecond;
+  feed(s, 400'000, 80'000, t);
+  ASSERT_EQ(s.period(), 64u);
+  // Down to 10 batches/s: the next batch is 100 ms later, past the gap allowed unmeasured.
+  for (int i = 0; i < 20; ++i) {
+    t += kSecond / 10;
+    EXPECT_TRUE(s.take(t)) << i;
+  }
+  EXPECT_EQ(s.period(), 1u);
+}
+
+TEST(BatchSampler, ARandomSampleDoesNotLineUpWithAPeriodicJob) {
+  // Every 64th batch is slow (the job does something every 64 batches): a stride of 64 would
+  // see all of them or none; a random sample of period 64 sees its share.
+  BatchSampler s(5);
+  int64_t t = kSecond;
+  double true_sum = 0, sampled_sum = 0;
+  for (int64_t i = 0; i < 2'000'000; ++i) {
+    const double cost = i % 64 == 0 ? 1000.0 : 1.0;
+    true_sum += cost;
+    if (s.take(t)) sampled_sum += cost * s.weight();
+    t += kSecond / 80'000;
+  }
+  EXPECT_EQ(s.period(), 64u);
+  EXPECT_NEAR(sampled_sum / true_sum, 1.0, 0.1);
+}
+
+TEST(BatchSampler, AForcedBatchStandsForItselfAlone) {
+  BatchSampler s(9);
+  int64_t t = kSecond;
+  feed(s, 200'000, 80'000, t);
+  ASSERT_GT(s.period(), 1u);
+  s.take_unmeasured();
+  int64_t weights = 0, forced = 0;
+  for (int i = 0; i < 10'000; ++i) {
+    const bool force = i % 100 == 50;  // a profiled fetch now and then
+    const uint32_t before = s.unmeasured();
+    if (s.take(t, force)) {
+      weights += s.weight();
+      if (force && s.weight() == 1 && s.unmeasured() == before) ++forced;
+    }
+    t += kSecond / 80'000;
+  }
+  EXPECT_GT(forced, 50);  // most forced ones were outside the sample
+  EXPECT_EQ(weights + s.unmeasured(), 10'000);
+}
+
+TEST(BatchSampler, ADecisionMadeAheadIsRecordedWhenTheBatchComes) {
+  BatchSampler s(13);
+  int64_t t = kSecond;
+  int64_t weights = 0;
+  bool next = true;
+  for (int i = 0; i < 100'000; ++i) {
+    if (s.record(next, false, t)) weights += s.weight();
+    t += kSecond / 80'000;
+    next = s.decide(t);  // at this batch's hand-out, for the next one
+  }
+  EXPECT_EQ(s.period(), 64u);
+  EXPECT_EQ(weights + s.unmeasured(), 100'000);  // the last decision's batch never came
+}
+
+TEST(BatchSampler, WeightsFitAnEventAndAResumedStreamStartsSampled) {
+  BatchSampler s(17);
+  int64_t t = kSecond;
+  uint32_t heaviest = 0;
+  for (int i = 0; i < 12'000'000; ++i) {  // 40 M/s for 0.3 s: the period and weight caps hold
+    if (s.take(t)) heaviest = std::max(heaviest, s.weight());
+    t += 25;
+  }
+  EXPECT_EQ(s.period(), dldoctor::trace::kMaxSamplePeriod);
+  EXPECT_LE(heaviest, dldoctor::trace::kMaxWeight);
+  BatchSampler resumed(19);
+  resumed.resume(64);
+  EXPECT_EQ(resumed.period(), 64u);
+  resumed.resume(100);
+  EXPECT_EQ(resumed.period(), 64u);  // a power of two
+}
+
+// -- Slow fetches among the others (SlowFetchDetector) --------------------------------------
+TEST(SlowFetchDetector, FlagsFetchesFarAboveTheMeanOnly) {
+  dldoctor::trace::SlowFetchDetector d;
+  uint64_t n = 0;
+  for (int i = 0; i < 7; ++i) EXPECT_FALSE(d.observe(50'000'000, ++n));  // no cut before 8
+  EXPECT_FALSE(d.observe(3'000'000, ++n));
+  d.reset();
+  n = 0;
+  for (int i = 0; i < 100; ++i) EXPECT_FALSE(d.observe(1'000'000, ++n));  // 1 ms fetches
+  EXPECT_EQ(d.mean_ns(), 1'000'000);
+  EXPECT_EQ(d.cut_ns(), dldoctor::trace::kSlowFetchMinNs);  // 5 x 1 ms is under the floor
+  EXPECT_FALSE(d.observe(9'000'000, ++n));
+  EXPECT_TRUE(d.observe(11'000'000, ++n));
+  // Past the warm-up the mean follows every 16th fetch, 1/16 of the way each time.
+  for (int i = 0; i < 2000; ++i) EXPECT_FALSE(d.observe(4'000'000, ++n));
+  EXPECT_GT(d.cut_ns(), 15'000'000);
+  EXPECT_FALSE(d.observe(11'000'000, ++n));
+}
+
+TEST(SlowFetchDetector, ReportsAtMostItsRecordBudget) {
+  dldoctor::trace::SlowFetchDetector d;
+  uint64_t n = 0;
+  for (int i = 0; i < 64; ++i) d.observe(1'000'000, ++n);
+  int reported = 0;
+  for (int i = 0; i < 1000; ++i) reported += d.observe(100'000'000, ++n);
+  EXPECT_EQ(reported, dldoctor::trace::kSlowFetchMaxRecords);
+}
+
+// -- The vocabulary the binding exports ----------------------------------------------------------
+TEST(EventVocabulary, NamesAreUniqueAndCoverEveryKind) {
+  std::set<std::string> names;
+  for (const auto& e : dldoctor::trace::kEventKindNames) EXPECT_TRUE(names.insert(e.name).second);
+  EXPECT_EQ(names.size(), dldoctor::trace::kLastEventKind);
+  uint8_t all_flags = 0;
+  for (const auto& e : dldoctor::trace::kLoaderFlagNames) all_flags |= uint8_t(e.value);
+  EXPECT_EQ(all_flags, 0x3f);
+  Event e;
+  EXPECT_EQ(dldoctor::trace::batches_of(e), 1);  // weight 0: the event alone
+  e.weight = 64;
+  EXPECT_EQ(dldoctor::trace::batches_of(e), 64);
 }

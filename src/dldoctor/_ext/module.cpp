@@ -9,6 +9,7 @@ NB_MODULE(_ext, m) {
   dldoctor::ext::register_system(m);
   dldoctor::ext::register_sample(m);
   dldoctor::ext::register_trace(m);
+  dldoctor::ext::register_batch_hooks(m);
   dldoctor::ext::register_analyze(m);
   dldoctor::ext::register_watchdog(m);
   dldoctor::ext::register_monitor(m);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "event_glue.hpp"
 #include "optional.hpp"
 
 namespace nb = nanobind;
@@ -115,10 +116,7 @@ nb::dict live_to_dict(const monitor::LiveData& d) {
 
 nb::dict trace_to_dict(const monitor::TraceContents& c) {
   nb::list events;
-  for (const trace::Event& e : c.events) {
-    events.append(nb::make_tuple(int(e.kind), e.pid, e.t_ns, int(e.flags), int(e.loader),
-                                 int(e.worker), e.index, e.count, e.v[0], e.v[1], e.v[2], e.v[3]));
-  }
+  for (const trace::Event& e : c.events) events.append(event_to_tuple(e));
   nb::list machine;
   for (const auto& m : c.machine) {
     machine.append(nb::make_tuple(m.t_ns, opt(m.cpu_busy_pct), opt(m.shm_used_bytes),

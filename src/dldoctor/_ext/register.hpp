@@ -8,6 +8,7 @@ void register_errors(nanobind::module_& m);
 void register_system(nanobind::module_& m);
 void register_sample(nanobind::module_& m);
 void register_trace(nanobind::module_& m);
+void register_batch_hooks(nanobind::module_& m);
 void register_analyze(nanobind::module_& m);
 void register_watchdog(nanobind::module_& m);
 void register_monitor(nanobind::module_& m);

@@ -67,7 +67,7 @@ def _dldoctor_inject():
     class DldoctorImportHook:
         """Instruments torch.utils.data.dataloader once it has executed; also makes this
         dldoctor importable in interpreters where it is not installed (spawned workers must
-        be able to unpickle dldoctor.job.hooks._WorkerInit)."""
+        be able to unpickle dldoctor.job.worker._WorkerInit)."""
 
         TARGET = "torch.utils.data.dataloader"
 

@@ -1,11 +1,13 @@
-"""What the hooks record about failures, kept out of the per-batch paths in hooks.py.
+"""Deaths and failures: what the hooks record when something goes wrong, kept off the
+per-batch paths.
 
-In the main process: the job's fd limit, sharing strategy and memory cgroup at each
-iterator start (the OOM-kill counter's baseline), the same counters at a worker's death, the
-exception the loader raised, the exception that ended the process (sys.excepthook, chained)
-and CUDA memory between steps when the job itself initialized CUDA. In a worker: the text of
-a batch that could not be sent (multiprocessing's queue feeder prints it and drops the batch)
-and a copy of the last few KiB it wrote to sys.stderr.
+In the main process: workers found dead (by the loader's error, PyTorch's SIGCHLD handler,
+or a failed receive) with their exit code or signal, the job's fd limit, sharing strategy and
+memory cgroup at each iterator start (the OOM-kill counter's baseline) and the same counters
+at a death, the exception the loader raised, the exception that ended the process
+(sys.excepthook, chained) and CUDA memory between steps when the job itself initialized
+CUDA. In a worker: the text of a batch that could not be sent (multiprocessing's queue
+feeder prints it and drops the batch) and a copy of the last few KiB it wrote to sys.stderr.
 
 Every function here is best effort: it never raises into the job and never changes what the
 job sees (the same exceptions, the same output, the same stderr).
@@ -14,25 +16,33 @@ job sees (the same exceptions, the same output, the same stderr).
 from __future__ import annotations
 
 import os
+import re
+import signal
 import sys
 import threading
 
 from . import memcg as _memcg
-from . import sidelog as _sidelog
+from .events import K_WORKER_DIED
+from .process import PROCESS, hide_frame, note
 
 # A worker's stderr copy keeps this many of the newest characters: enough for a traceback and
 # the lines before it, small enough to rewrite on every write (workers rarely write there).
 STDERR_TAIL_CHARS = 8192
 MESSAGE_MAX = 4000
 
-_state = {"excepthook": None, "feeder": None, "stderr": None}
 _lock = threading.Lock()
 
 
-def _note(kind: str, **fields) -> None:
-    rec = {"type": kind}
-    rec.update(fields)
-    _sidelog.write(rec)
+class _Chained:
+    """The sys.excepthook this module chained to (None: not installed)."""
+
+    __slots__ = ("excepthook",)
+
+    def __init__(self):
+        self.excepthook = None
+
+
+_chained = _Chained()
 
 
 def _text(e: BaseException) -> str:
@@ -94,13 +104,127 @@ def death_facts() -> dict:
         return {}
 
 
-def loader_error(loader_id: int, e: BaseException) -> None:
-    """The loader raised `e` to the main process (a worker's re-raised exception, a death,
-    a timeout, a failed receive)."""
+def on_loader_error(it, st, e: BaseException) -> None:
+    """The loader raised `e` to the consumer (a worker's re-raised exception, a death, a
+    timeout, a failed receive): record its text, and any worker found dead (a killed worker
+    can surface as another error first, e.g. a reset connection mid-receive)."""
     try:
-        _note("loader_error", loader=loader_id, exc_type=_type(e), message=_text(e))
+        note("loader_error", loader=st.loader_id, exc_type=_type(e), message=_text(e))
+        for i, w in enumerate(getattr(it, "_workers", None) or ()):
+            try:
+                if exit_status(w) != (0, None):  # a clean exit (shutdown) is no death
+                    report_death(st, i, w, f"{type(e).__name__}: {e}")
+            except Exception:
+                pass
     except Exception:
         pass
+
+
+# -- worker deaths, seen by the main process ----------------------------------------------
+_DEATH_PIDS = re.compile(r"\d+")
+
+
+def exit_status(w) -> tuple[int | None, int | None]:
+    """(exit code, signal) of a dead worker without reaping it behind PyTorch's back."""
+    popen = getattr(w, "_popen", None)
+    code = getattr(popen, "returncode", None)
+    if code is not None:
+        return (code, None) if code >= 0 else (None, -code)
+    try:
+        res = os.waitid(os.P_PID, w.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (OSError, AttributeError):
+        return None, None
+    if res is None:
+        return None, None
+    if res.si_code == os.CLD_EXITED:
+        return res.si_status, None
+    return None, res.si_status
+
+
+def report_death(st, worker_id: int, w, message: str) -> None:
+    """Worker `worker_id` of the iterator whose state is `st` is dead: one kWorkerDied event
+    and a worker_died record with the counters that tell an OOM kill (once per worker)."""
+    if worker_id in st.died:
+        return
+    code, sig = exit_status(w) if w is not None else (None, None)
+    if code is None and sig is None and w is not None and w.is_alive():
+        return
+    st.died.add(worker_id)
+    pid = getattr(w, "pid", None)
+    emit = PROCESS.emit
+    if emit is not None:
+        emit(
+            K_WORKER_DIED,
+            st.loader_id,
+            worker_id,
+            -1,
+            0,
+            0,
+            -1 if code is None else code,
+            0 if sig is None else sig,
+            pid or 0,
+        )
+    sig_name = None
+    if sig:
+        try:
+            sig_name = signal.Signals(sig).name
+        except ValueError:
+            sig_name = None
+    note(
+        "worker_died",
+        loader=st.loader_id,
+        worker=worker_id,
+        worker_pid=pid,
+        exitcode=code,
+        signal=sig,
+        signal_name=sig_name,
+        message=message[:2000],
+        **death_facts(),
+    )
+
+
+def on_death_error(iters, it, e: BaseException) -> None:
+    """PyTorch raised "DataLoader worker (pid(s) ...) exited unexpectedly": find the dead
+    workers through the iterator `it`, or (from the SIGCHLD handler, it None) through their
+    pids in `iters` (the main side's registry: states, worker_pids)."""
+    try:
+        message = str(e)
+        if "DataLoader worker" not in message:
+            return
+        pids = {int(p) for p in _DEATH_PIDS.findall(message.split(")", 1)[0])}
+        if it is not None:
+            st = iters.states.get(id(it))
+            if st is not None:
+                for i, w in enumerate(getattr(it, "_workers", ())):
+                    if w.pid in pids or not pids:
+                        report_death(st, i, w, message)
+                return
+        for pid in pids:
+            entry = iters.worker_pids.get(pid)
+            if entry is None:
+                continue
+            st, i = entry
+            it_obj = st.ref() if st.ref is not None else None
+            workers = getattr(it_obj, "_workers", None) or ()
+            w = workers[i] if i < len(workers) else None
+            report_death(st, i, w, message)
+    except Exception:
+        pass
+
+
+def make_error_if_any_worker_fails(orig, iters):
+    """PyTorch's SIGCHLD handler raises when a worker died: record which, raise the same."""
+
+    def _error_if_any_worker_fails(*args, **kwargs):
+        try:
+            return orig(*args, **kwargs)
+        except BaseException as e:
+            if isinstance(e, RuntimeError):
+                on_death_error(iters, None, e)
+            hide_frame(e)
+            raise
+
+    return _error_if_any_worker_fails
 
 
 def _cuda_figures() -> dict:
@@ -124,7 +248,7 @@ def cuda_memory(loader_id: int) -> None:
     try:
         figures = _cuda_figures()
         if figures:
-            _note("cuda_memory", loader=loader_id, **figures)
+            note("cuda_memory", loader=loader_id, **figures)
     except Exception:
         pass
 
@@ -139,10 +263,10 @@ def _excepthook(tp, value, tb):
                 rec["cuda_total_bytes"] = cuda["total_bytes"]
         except Exception:
             pass
-        _note("uncaught_exception", **rec)
+        note("uncaught_exception", **rec)
     except Exception:
         pass
-    prev = _state["excepthook"] or sys.__excepthook__
+    prev = _chained.excepthook or sys.__excepthook__
     return prev(tp, value, tb)
 
 
@@ -151,15 +275,15 @@ def install_excepthook() -> None:
     with _lock:
         if sys.excepthook is _excepthook:
             return
-        _state["excepthook"] = sys.excepthook
+        _chained.excepthook = sys.excepthook
         sys.excepthook = _excepthook
 
 
 def uninstall_excepthook() -> None:
     with _lock:
         if sys.excepthook is _excepthook:
-            sys.excepthook = _state["excepthook"] or sys.__excepthook__
-        _state["excepthook"] = None
+            sys.excepthook = _chained.excepthook or sys.__excepthook__
+        _chained.excepthook = None
 
 
 # -- worker process -------------------------------------------------------------------------
@@ -177,7 +301,7 @@ def _patch_queue_feeder(loader_id: int, worker_id: int) -> None:
 
     def _on_queue_feeder_error(e, obj):
         try:
-            _note(
+            note(
                 "queue_feeder_error",
                 loader=loader_id,
                 worker=worker_id,

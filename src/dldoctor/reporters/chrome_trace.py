@@ -15,12 +15,26 @@ import json
 import sys
 from collections import defaultdict
 
+from .. import _ext
 from ..errors import DldoctorError
+from ..job.events import (
+    B_PROFILED,
+    END_ERROR,
+    END_EXHAUSTED,
+    END_SHUTDOWN,
+    K_ITER_END,
+    K_ITER_START,
+    K_MAIN_BATCH,
+    K_WORKER_BATCH,
+    K_WORKER_DIED,
+    K_WORKER_EXCEPTION,
+    K_WORKER_EXIT,
+    K_WORKER_START,
+)
 
-# Event kinds (trace/event.hpp).
-K_ITER_START, K_WORKER_BATCH, K_MAIN_BATCH, K_WORKER_START = 1, 2, 3, 4
-K_WORKER_EXIT, K_WORKER_EXCEPTION, K_ITER_END, K_WORKER_DIED = 5, 6, 7, 8
-B_PROFILED = 1
+# A stream of batches faster than this is measured as a sample (trace::kSampleAbovePerSecond).
+SAMPLE_ABOVE_PER_S = _ext.batch_hook_constants()["sample_above_per_second"]
+SAMPLED_NOTE = " (a sample: see stands_for)"
 
 # Synthetic ids: above any Linux pid (pid_max <= 2**22), so they never meet a real one.
 MACHINE_PID = 1 << 30
@@ -29,7 +43,11 @@ MAIN_FETCH_TID = 2 << 24  # + loader id: fetches in the main process (num_worker
 # A trace this large takes seconds to write (~15 s for a million records): show progress.
 PROGRESS_ABOVE = 100_000
 PROGRESS_EVERY = 10_000
-END_REASONS = {0: "exhausted", 1: "shut down early", 2: "creation failed"}
+END_REASONS = {
+    END_EXHAUSTED: "exhausted",
+    END_SHUTDOWN: "shut down early",
+    END_ERROR: "creation failed",
+}
 
 
 def _us(ns: int) -> float:
@@ -75,7 +93,8 @@ def _stream(trace: dict, report=None, on_records=None):
     main_pids: set[int] = set()
 
     # First pass: who is who, and the epochs, so every track is named up front.
-    for kind, pid, t, _flags, loader, worker, _index, _count, _v0, v1, _v2, v3 in raw:
+    sampled: set[tuple[int, int]] = set()  # tracks (pid, tid) that show a sample
+    for kind, pid, t, _flags, loader, worker, _index, _count, _v0, v1, _v2, v3, weight in raw:
         if kind == K_ITER_START:
             epochs.add(loader, t, v3)
             if v1 > 0:
@@ -83,12 +102,18 @@ def _stream(trace: dict, report=None, on_records=None):
                 names[(v1, MAIN_LOOP_TID + loader)] = f"loader {loader}: wait / step"
         elif kind in (K_WORKER_START, K_WORKER_BATCH) and worker >= 0:
             worker_of_pid[pid] = (loader, worker)
+            if weight > 1:
+                sampled.add((pid, pid))
         elif kind == K_WORKER_BATCH:  # the main process fetched it itself (num_workers=0)
             main_pids.add(pid)
             names[(pid, MAIN_FETCH_TID + loader)] = f"loader {loader}: fetch (num_workers=0)"
+            if weight > 1:
+                sampled.add((pid, MAIN_FETCH_TID + loader))
         elif kind == K_MAIN_BATCH:
             main_pids.add(pid)
             names.setdefault((pid, MAIN_LOOP_TID + loader), f"loader {loader}: wait / step")
+            if weight > 1:
+                sampled.add((pid, MAIN_LOOP_TID + loader))
     epochs.finish()
     for pid, (loader, worker) in worker_of_pid.items():
         names[(pid, None)] = f"loader {loader} worker {worker} (pid {pid})"
@@ -97,6 +122,9 @@ def _stream(trace: dict, report=None, on_records=None):
     for pid in main_pids:
         names[(pid, None)] = f"main process (pid {pid})"
         sort_index[pid] = 0
+    for track in sampled:
+        if track in names:
+            names[track] += SAMPLED_NOTE
     if trace.get("machine"):
         names[(MACHINE_PID, None)] = "machine"
 
@@ -108,6 +136,10 @@ def _stream(trace: dict, report=None, on_records=None):
         "events_dropped": dropped,
         "counters_dropped": int(trace.get("dropped_counters") or 0),
         "cut": bool(dropped),
+        # Streams of batches faster than the threshold are shown as a random sample: their
+        # tracks say so, and each span's args say how many batches it stands for.
+        "sampled": bool(sampled),
+        "sample_above_batches_per_s": SAMPLE_ABOVE_PER_S,
     }
     if report is not None:
         other.update(
@@ -154,7 +186,9 @@ def _metadata(names: dict, sort_index: dict):
 
 
 def _spans(raw: list, epochs: _Epochs, on_records=None):
-    for n, (kind, pid, t, flags, loader, worker, index, count, v0, v1, v2, v3) in enumerate(raw):
+    for n, (kind, pid, t, flags, loader, worker, index, count, v0, v1, v2, v3, weight) in enumerate(
+        raw
+    ):
         if on_records is not None and n % PROGRESS_EVERY == 0:
             on_records(n)
         epoch = epochs.of(loader, t)
@@ -176,6 +210,8 @@ def _spans(raw: list, epochs: _Epochs, on_records=None):
                 args["bytes"] = v3
             if flags & B_PROFILED:
                 args["profiled"] = True
+            if weight > 1:
+                args["stands_for"] = weight  # a sample: this fetch and weight-1 before it
             yield (_span(f"fetch {index}", "fetch", pid, tid, t, v0, args))
             collate = v1 if 0 <= v1 <= v0 else 0
             # torch's fetch gets every sample, then collates them: getitem first.
@@ -221,6 +257,8 @@ def _spans(raw: list, epochs: _Epochs, on_records=None):
             args = {"batch": index, "loader": loader, "worker": worker, "epoch": epoch}
             if v2 >= 0:
                 args["pin_memory_ms"] = round(v2 / 1e6, 3)
+            if weight > 1:
+                args["stands_for"] = weight  # a sample: this hand-out and the weight-1 before it
             yield (_span(f"wait {index}", "wait", pid, tid, t, wait, args))
         elif kind == K_ITER_START:
             tid = MAIN_LOOP_TID + loader

@@ -31,6 +31,18 @@ void LoaderTrack::on_iter_start(const trace::Event& e) noexcept {
 void LoaderTrack::on_iter_end(const trace::Event& e) noexcept {
   if (!epochs_.empty() && !epochs_.back().end_ns) epochs_.back().end_ns = e.t_ns;
   awaiting_first_batch_ = false;
+  // A single-process iterator's sample tails: fetches and hand-outs no event stood for.
+  on_unmeasured_fetches(-1, e.v[2]);
+  if (e.v[3] > 0) {
+    main_total_.batches += e.v[3];
+    if (!epochs_.empty()) epochs_.back().batches += e.v[3];
+  }
+}
+
+void LoaderTrack::on_unmeasured_fetches(int worker, int64_t n) noexcept {
+  if (n <= 0) return;
+  worker_total_.batches += n;
+  workers_[worker].batches += n;
 }
 
 void LoaderTrack::on_worker_batch(const trace::Event& e) noexcept {
@@ -39,28 +51,32 @@ void LoaderTrack::on_worker_batch(const trace::Event& e) noexcept {
   const int64_t collate = std::clamp<int64_t>(e.v[1], 0, fetch);
   const bool cpu_known = e.v[2] >= 0;
   const bool timed = !(e.flags & kProfiledFetch);
+  // A fast stream's event stands for `n` fetches (the writer measured a random sample):
+  // sums count it n times, so totals stay exact and means unbiased; the distributions below
+  // (percentiles, slowest, recent) keep it once, as the sample it is.
+  const int64_t n = trace::batches_of(e);
   WorkerSums s;
-  s.batches = 1;
+  s.batches = n;
   if (timed) {
-    s.timed = 1;
-    s.samples = e.count;
-    s.fetch_ns = fetch;
-    s.collate_ns = collate;
+    s.timed = n;
+    s.samples = n * e.count;
+    s.fetch_ns = n * fetch;
+    s.collate_ns = n * collate;
     if (cpu_known) {
-      s.cpu_ns = std::min(e.v[2], fetch);  // one thread cannot run longer than the wall time
-      s.cpu_fetch_ns = fetch;
+      s.cpu_ns = n * std::min(e.v[2], fetch);  // one thread cannot run longer than the wall time
+      s.cpu_fetch_ns = n * fetch;
     }
   }
   if (e.v[3] >= 0) {
-    s.bytes = e.v[3];
-    s.bytes_batches = 1;
+    s.bytes = n * e.v[3];
+    s.bytes_batches = n;
   }
   worker_total_ += s;
   const int64_t t_end = e.t_ns + fetch;
   if (WorkerSums* b = worker_recent_.at(t_end)) *b += s;
   WorkerTrack& w = workers_[e.worker];
   if (e.pid) w.pid = int(e.pid);
-  ++w.batches;
+  w.batches += n;
   if (e.index >= 0) done_.push(DoneBatch{e.index, t_end, generation_});
   if (!timed) return;
   WorkerBatchRecord rec{t_end, fetch, collate, e.count, e.index, e.worker, epoch_ordinal_};
@@ -73,15 +89,15 @@ void LoaderTrack::on_worker_batch(const trace::Event& e) noexcept {
     slowest_.insert(at, rec);
     if (slowest_.size() > kSlowest) slowest_.pop_back();
   }
-  ++w.timed;
-  w.samples += e.count;
+  w.timed += n;
+  w.samples += n * e.count;
   w.max_fetch_ns = std::max(w.max_fetch_ns, fetch);
   w.recent_end_ns.push(t_end);
   w.fetch_sample.push(fetch);
-  w.fetch_ns += fetch;
+  w.fetch_ns += n * fetch;
   if (cpu_known) {
     w.cpu_ns += s.cpu_ns;
-    w.cpu_fetch_ns += fetch;
+    w.cpu_fetch_ns += s.cpu_fetch_ns;
   }
   w.recent_fetch_ns.push(fetch);
 }
@@ -90,15 +106,16 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
   if (!main_event_pid_) main_event_pid_ = int(e.pid);
   const int64_t wait = std::max<int64_t>(0, e.v[0]);
   const int64_t t_out = e.t_ns + wait;
+  const int64_t n = trace::batches_of(e);  // a sampled fast loop: the hand-outs it stands for
   MainSums s;
-  s.batches = 1;
+  s.batches = n;
   if (e.v[1] >= 0) {
-    s.stepped = 1;
-    s.wait_ns = wait;
-    s.step_ns = e.v[1];
+    s.stepped = n;
+    s.wait_ns = n * wait;
+    s.step_ns = n * e.v[1];
     if (double(wait) >= kWaitedBatchShare * double(wait + e.v[1]) && wait > 0) {
-      s.waited = 1;
-      s.waited_step_ns = e.v[1];
+      s.waited = n;
+      s.waited_step_ns = n * e.v[1];
     }
     // Head-of-line: in order, the loop waits for batch `index` alone; the part of that wait
     // while it was still being fetched and a later batch of the same iterator was already
@@ -116,8 +133,8 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
       if (own_end) {
         const int64_t hol = std::min(t_out, *own_end) - std::max(e.t_ns, earliest);
         if (hol > 0) {
-          s.hol_ns = hol;
-          s.hol_batches = 1;
+          s.hol_ns = n * hol;
+          s.hol_batches = n;
         }
       }
     }
@@ -125,8 +142,8 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
     s.first_wait_ns = wait;
   }
   if (e.v[2] >= 0) {
-    s.pin_ns = e.v[2];
-    s.pinned = 1;
+    s.pin_ns = n * e.v[2];
+    s.pinned = n;
   }
   main_total_ += s;
   if (MainSums* b = main_recent_.at(t_out)) *b += s;
@@ -139,7 +156,7 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
       ep.first_batch_latency_ns = std::max<int64_t>(0, t_out - ep.start_ns);
       awaiting_first_batch_ = false;
     }
-    ++ep.batches;
+    ep.batches += n;
     ep.last_batch_ns = std::max(ep.last_batch_ns, t_out);
   }
 }

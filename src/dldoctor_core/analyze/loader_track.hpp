@@ -34,7 +34,7 @@ struct LoaderConfig {
 };
 
 /// Bit of Event::flags on kWorkerBatch: the fetch ran under the sampling profiler and is
-/// about twice as slow as usual (job.hooks.B_PROFILED). Such batches count, but their
+/// about twice as slow as usual (trace::kProfiled). Such batches count, but their
 /// times would skew every fetch figure, so they are left out of them.
 inline constexpr uint8_t kProfiledFetch = 1 << 0;
 
@@ -146,6 +146,9 @@ class LoaderTrack {
   void on_iter_end(const trace::Event& e) noexcept;
   void on_worker_batch(const trace::Event& e) noexcept;
   void on_main_batch(const trace::Event& e) noexcept;
+  /// `n` fetches of `worker` (-1: the main process) that no kWorkerBatch stood for: the
+  /// tail of a sampled stream, from kWorkerExit / kIterEnd. They count as batches only.
+  void on_unmeasured_fetches(int worker, int64_t n) noexcept;
   void on_worker_exception() noexcept { ++exceptions_; }
   void on_worker_died() noexcept { ++deaths_; }
 

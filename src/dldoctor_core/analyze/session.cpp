@@ -54,7 +54,7 @@ void Session::ingest(const trace::Event& e) noexcept {
       touch_worker_locked(e.loader, e.worker, int(e.pid), e.t_ns + std::max<int64_t>(0, e.v[0]),
                           false);
       if (auto it = worker_pids_.find(int(e.pid)); it != worker_pids_.end() && e.worker >= 0)
-        it->second.samples += e.count;
+        it->second.samples += trace::batches_of(e) * e.count;
       break;
     case trace::EventKind::kMainBatch:
       l.on_main_batch(e);
@@ -65,6 +65,7 @@ void Session::ingest(const trace::Event& e) noexcept {
       break;
     case trace::EventKind::kWorkerExit:
       touch_worker_locked(e.loader, e.worker, int(e.pid), e.t_ns, true);
+      l.on_unmeasured_fetches(e.worker, e.v[2]);
       break;
     case trace::EventKind::kWorkerException:
       l.on_worker_exception();

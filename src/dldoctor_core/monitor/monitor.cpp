@@ -157,7 +157,7 @@ void Monitor::track_locked(const trace::Event& e) {
     case EventKind::kWorkerBatch:
       if (e.worker >= 0) {
         l.worker_pids.emplace(e.worker, static_cast<int>(e.pid));
-        ++l.returned[e.worker];
+        l.returned[e.worker] += trace::batches_of(e);
       }
       break;
     case EventKind::kMainBatch:

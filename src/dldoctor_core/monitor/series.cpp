@@ -101,7 +101,7 @@ void SeriesRecorder::ingest(const std::vector<trace::Event>& events) {
         if (pid_key_.size() < kMaxKnownPids) pid_key_.emplace(pid, key);
         ProcRec* p = proc_locked(key, pid);
         if (p == nullptr) break;
-        ++p->batches;
+        p->batches += trace::batches_of(e);  // a sampled fast stream: the fetches it stands for
         const int64_t fetch_ns = e.v[0], collate_ns = e.v[1];
         if ((e.flags & trace::kProfiled) || fetch_ns < 0) break;  // profiled: twice as slow
         const int64_t t_end = e.t_ns + fetch_ns;
@@ -122,19 +122,23 @@ void SeriesRecorder::ingest(const std::vector<trace::Event>& events) {
       }
       case EventKind::kMainBatch: {
         LoaderRec& l = loaders_[e.loader];
-        ++l.batches;
+        const int64_t n = trace::batches_of(e);  // a sampled fast loop: hand-outs it stands for
+        l.batches += n;
         const int64_t handed = e.t_ns + std::max<int64_t>(e.v[0], 0);
         LoaderPoint b;
-        b.batches = 1;
+        b.batches = n;
         if (e.v[1] >= 0 && e.v[0] >= 0) {  // an epoch's first batch has no step before it
-          b.stepped = 1;
-          b.wait_ns = e.v[0];
-          b.step_ns = e.v[1];
+          b.stepped = n;
+          b.wait_ns = n * e.v[0];
+          b.step_ns = n * e.v[1];
         }
         at(l.points, point_locked(handed)) += b;
         if (LoaderPoint* s = l.live.at(handed)) *s += b;
         break;
       }
+      case EventKind::kIterEnd:  // a sampled single-process loop's hand-outs not yet counted
+        if (e.v[3] > 0) loaders_[e.loader].batches += e.v[3];
+        break;
       default:
         break;
     }

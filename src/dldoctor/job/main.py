@@ -1,0 +1,400 @@
+"""The main-process side: each watched iterator's state (`_ext.IterState`, in the `ITERS`
+registry the batch hooks look it up in), its start and end (kIterStart with the loader's
+configuration and names in the side log, kIterEnd), the worker_init_fn swap that tells the
+workers they are watched, the epoch reset of persistent workers, shutdown, and pin-memory
+timing.
+
+The per-batch hand-out (`_next_data`, `_get_data`) is C++ (`_ext.hot_method`); it calls back
+into `on_next_error` / `on_get_data_error` only when the loader raises.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import weakref
+
+from .. import _ext
+from . import failures
+from .events import (
+    END_ERROR,
+    END_EXHAUSTED,
+    END_SHUTDOWN,
+    F_CUSTOM_COLLATE,
+    F_DROP_LAST,
+    F_IN_ORDER,
+    F_ITERABLE_DATASET,
+    F_PERSISTENT_WORKERS,
+    F_PIN_MEMORY,
+    K_ITER_END,
+    K_ITER_START,
+    START_METHODS,
+)
+from .process import PROCESS, hide_frame, note, qualname, type_name
+from .worker import _WorkerInit
+
+# Pinned batches never handed out (an epoch cut short) are forgotten past this many.
+PIN_PENDING_MAX = 1024
+
+
+class Iterators:
+    """The main process's watched iterators and loaders. The dicts are shared with the batch
+    hooks (BatchContext.configure), so they are cleared in place, never replaced."""
+
+    __slots__ = ("states", "loader_ids", "loader_ids_fallback", "epochs", "worker_pids")
+
+    def __init__(self):
+        self.states: dict = {}  # id(iterator) -> _ext.IterState (until the iterator dies)
+        self.loader_ids = weakref.WeakKeyDictionary()
+        self.loader_ids_fallback: dict = {}  # loaders that cannot be weakly referenced/hashed
+        self.epochs: dict = {}  # loader id -> epochs started
+        self.worker_pids: dict = {}  # pid -> (state, worker id), for deaths seen by SIGCHLD
+
+    def clear(self) -> None:
+        """Forget every iterator and loader (uninstall: the loader ids were the ring's)."""
+        self.states.clear()
+        self.loader_ids.clear()
+        self.loader_ids_fallback.clear()
+        self.epochs.clear()
+        self.worker_pids.clear()
+
+
+class PinTimes:
+    """ns spent pinning each batch (keyed by id of the pinned batch), until _next_data hands
+    it out; and a per-thread depth, as pin_memory recurses through its module global."""
+
+    __slots__ = ("pending", "local")
+
+    def __init__(self):
+        self.pending: dict = {}
+        self.local = threading.local()
+
+
+ITERS = Iterators()
+PINS = PinTimes()
+
+
+def loader_id(loader) -> int:
+    try:
+        lid = ITERS.loader_ids.get(loader)
+        if lid is None:
+            lid = PROCESS.next_loader_id()
+            ITERS.loader_ids[loader] = lid
+        return lid
+    except TypeError:  # not weakly referenceable or not hashable
+        lid = ITERS.loader_ids_fallback.get(id(loader))
+        if lid is None:
+            lid = ITERS.loader_ids_fallback[id(loader)] = PROCESS.next_loader_id()
+        return lid
+
+
+def _accelerator_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.accelerator.is_available())
+    except Exception:
+        return False
+
+
+def _thread_facts() -> dict:
+    threads = threading.enumerate()
+    return {
+        "active": threading.active_count(),
+        "non_daemon": [t.name for t in threads if not t.daemon],
+        "daemon": [t.name for t in threads if t.daemon],
+    }
+
+
+def _default_start_method() -> str | None:
+    # Never call get_start_method() without allow_none: it would fix the default context and
+    # make a later set_start_method() in the user's code fail.
+    import multiprocessing as mp
+
+    method = mp.get_start_method(allow_none=True)
+    if method:
+        return method
+    default = getattr(getattr(mp.context, "_default_context", None), "_default_context", None)
+    return getattr(default, "_name", None)
+
+
+def start_method(loader) -> str | None:
+    try:
+        ctx = getattr(loader, "multiprocessing_context", None)
+        if ctx is None:
+            return _default_start_method()
+        name = getattr(ctx, "_name", None)
+        if name:
+            return name
+        if isinstance(ctx, str):
+            return ctx
+        return ctx.get_start_method(allow_none=True) or _default_start_method()
+    except Exception:
+        return None
+
+
+def iter_start(st, loader, multiprocess: bool) -> None:
+    """kIterStart for a new epoch of `loader` plus its names in the side log."""
+    st.epoch = ITERS.epochs.get(st.loader_id, 0) + 1
+    ITERS.epochs[st.loader_id] = st.epoch
+    st.batches = 0
+    st.last_handout = 0
+    st.ended = False
+    num_workers = int(getattr(loader, "num_workers", 0) or 0)
+    batch_size = getattr(loader, "batch_size", None)
+    prefetch = getattr(loader, "prefetch_factor", None)
+    pin_requested = bool(getattr(loader, "pin_memory", False))
+    pin = pin_requested and _accelerator_available()
+    persistent = bool(getattr(loader, "persistent_workers", False))
+    in_order = bool(getattr(loader, "in_order", True))
+    drop_last = bool(getattr(loader, "drop_last", False))
+    iterable = getattr(loader, "_dataset_kind", 0) == 1
+    collate_fn = getattr(loader, "collate_fn", None)
+    custom_collate = True
+    try:
+        from torch.utils.data._utils import collate as _c
+
+        custom_collate = collate_fn not in (_c.default_collate, _c.default_convert)
+    except Exception:
+        pass
+    flags = (
+        (F_PIN_MEMORY if pin else 0)
+        | (F_PERSISTENT_WORKERS if persistent else 0)
+        | (F_IN_ORDER if in_order else 0)
+        | (F_ITERABLE_DATASET if iterable else 0)
+        | (F_DROP_LAST if drop_last else 0)
+        | (F_CUSTOM_COLLATE if custom_collate else 0)
+    )
+    method = start_method(loader) if num_workers > 0 else None
+    timeout = getattr(loader, "timeout", 0) or 0
+    PROCESS.emit(
+        K_ITER_START,
+        st.loader_id,
+        num_workers,
+        int(prefetch or 0),
+        int(batch_size or 0),
+        0,
+        int(timeout * 1000),
+        os.getpid(),
+        START_METHODS.get(method, 0),
+        st.epoch,
+        flags,
+    )
+    batches_per_epoch = None
+    if not iterable:
+        try:
+            batches_per_epoch = len(loader)
+        except Exception:
+            pass
+    user_init = getattr(loader, "worker_init_fn", None)
+    note(
+        "iter_start",
+        loader=st.loader_id,
+        epoch=st.epoch,
+        iterator="multiprocess" if multiprocess else "single_process",
+        dataset=type_name(getattr(loader, "dataset", None)),
+        dataset_kind="iterable" if iterable else "map",
+        collate_fn=qualname(collate_fn),
+        custom_collate=custom_collate,
+        sampler=type_name(getattr(loader, "sampler", None)),
+        batch_sampler=type_name(getattr(loader, "batch_sampler", None)),
+        worker_init_fn=qualname(user_init),
+        num_workers=num_workers,
+        batch_size=batch_size,
+        prefetch_factor=prefetch,
+        pin_memory=pin_requested,
+        pin_memory_effective=pin,
+        persistent_workers=persistent,
+        in_order=in_order,
+        drop_last=drop_last,
+        timeout=timeout,
+        start_method=method,
+        batches_per_epoch=batches_per_epoch,
+        main_pid=os.getpid(),
+        threads=_thread_facts(),
+        **failures.iter_start_facts(st.epoch == 1),
+    )
+
+
+def _note_dataset(st, loader) -> None:
+    """Once per loader: its dataset's large attributes and, under spawn/forkserver, the size
+    it pickles to (both bounded in time; see dataset_probe)."""
+    try:
+        from . import dataset_probe
+
+        rec = dataset_probe.dataset_record(loader, start_method(loader))
+        if rec is not None:
+            note("dataset", loader=st.loader_id, **rec)
+    except Exception as e:
+        note("hook_error", where="dataset", error=f"{type(e).__name__}: {e}")
+
+
+def iter_end(st, reason: int) -> None:
+    """kIterEnd, once per epoch, from the process that started the iterator; it carries the
+    fetches and hand-outs of a sampled single-process iterator that no event stood for."""
+    if st.ended or st.pid != os.getpid():
+        return
+    st.ended = True
+    emit = PROCESS.emit
+    if emit is not None:
+        fetches, handouts = st.take_unmeasured()
+        emit(K_ITER_END, st.loader_id, -1, st.batches, 0, 0, reason, st.epoch, fetches, handouts)
+
+
+def _forget(key: int, ref) -> None:
+    """The iterator behind `ref` was collected: its epoch ended early (if it had not ended)."""
+    try:
+        st = ITERS.states.get(key)
+        if st is None or st.ref is not ref:
+            return
+        del ITERS.states[key]
+        iter_end(st, END_SHUTDOWN)
+        for pid in [p for p, v in ITERS.worker_pids.items() if v[0] is st]:
+            del ITERS.worker_pids[pid]
+    except Exception:
+        pass
+
+
+def _iter_begin(it, loader, multiprocess: bool):
+    if PROCESS.emit is None:
+        return None
+    try:
+        st = _ext.IterState(loader_id(loader), multiprocess)
+        key = id(it)
+        # The callback holds the key, not the state: no cycle state -> ref -> callback -> state.
+        st.ref = weakref.ref(it, functools.partial(_forget, key))
+        ITERS.states[key] = st
+        iter_start(st, loader, multiprocess)
+        if multiprocess and st.epoch == 1:
+            _note_dataset(st, loader)
+        return st
+    except Exception as e:
+        note("hook_error", where="iter_begin", error=f"{type(e).__name__}: {e}")
+        return None
+
+
+# -- What the batch hooks call back into -------------------------------------------------------
+def on_next_error(it, st, e: BaseException) -> None:
+    """_next_data raised `e` (it then reaches the consumer unchanged)."""
+    if isinstance(e, StopIteration):
+        iter_end(st, END_EXHAUSTED)
+    elif isinstance(e, Exception):
+        failures.on_loader_error(it, st, e)
+
+
+def on_get_data_error(it, e: BaseException) -> None:
+    """_get_data raised a RuntimeError: a dead worker, perhaps."""
+    failures.on_death_error(ITERS, it, e)
+
+
+# -- Python wrappers (once per iterator or epoch) ----------------------------------------------
+def make_single_init(orig):
+    def __init__(self, loader, *args, **kwargs):
+        st = _iter_begin(self, loader, False)
+        try:
+            orig(self, loader, *args, **kwargs)
+        except BaseException as e:
+            if st is not None:
+                iter_end(st, END_ERROR)
+            hide_frame(e)
+            raise
+
+    return __init__
+
+
+def make_multi_init(orig):
+    def __init__(self, loader, *args, **kwargs):
+        st = _iter_begin(self, loader, True)
+        if st is None:
+            return orig(self, loader, *args, **kwargs)
+        user_fn = getattr(loader, "worker_init_fn", None)
+        swapped = False
+        try:
+            loader.worker_init_fn = _WorkerInit(
+                st.loader_id, PROCESS.ring_path, PROCESS.run_dir, user_fn
+            )
+            swapped = True
+        except Exception:
+            pass
+        try:
+            orig(self, loader, *args, **kwargs)
+        except BaseException as e:
+            iter_end(st, END_ERROR)
+            hide_frame(e)
+            raise
+        finally:
+            if swapped:
+                try:
+                    loader.worker_init_fn = user_fn
+                except Exception:
+                    pass
+        try:
+            pids = [w.pid for w in self._workers]
+            for i, pid in enumerate(pids):
+                ITERS.worker_pids[pid] = (st, i)
+            note("workers", loader=st.loader_id, epoch=st.epoch, pids=pids)
+        except Exception:
+            pass
+
+    return __init__
+
+
+def make_reset(orig):
+    def _reset(self, loader, *args, **kwargs):
+        first_iter = kwargs.get("first_iter", args[0] if args else False)
+        st = ITERS.states.get(id(self))
+        if st is not None and not first_iter:
+            try:
+                iter_end(st, END_SHUTDOWN)  # the previous epoch was cut short
+                iter_start(st, loader, True)
+            except Exception:
+                pass
+        try:
+            return orig(self, loader, *args, **kwargs)
+        except BaseException as e:
+            hide_frame(e)
+            raise
+
+    return _reset
+
+
+def make_shutdown(orig):
+    def _shutdown_workers(self, *args, **kwargs):
+        try:
+            return orig(self, *args, **kwargs)
+        except BaseException as e:
+            hide_frame(e)
+            raise
+        finally:
+            try:
+                st = ITERS.states.get(id(self))
+                if st is not None and not st.in_next:  # in _next_data: StopIteration next
+                    iter_end(st, END_SHUTDOWN)
+            except Exception:
+                pass  # interpreter shutdown
+
+    return _shutdown_workers
+
+
+def make_pin_memory(orig):
+    def pin_memory(data, *args, **kwargs):
+        local = PINS.local
+        if getattr(local, "depth", 0):  # pin_memory recurses through this module global
+            return orig(data, *args, **kwargs)
+        local.depth = 1
+        t = _ext.monotonic_ns()
+        try:
+            out = orig(data, *args, **kwargs)
+        except BaseException as e:
+            hide_frame(e)
+            raise
+        finally:
+            local.depth = 0
+        pending = PINS.pending
+        if len(pending) >= PIN_PENDING_MAX:
+            pending.clear()
+        pending[id(out)] = _ext.monotonic_ns() - t
+        return out
+
+    return pin_memory

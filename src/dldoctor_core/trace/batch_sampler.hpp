@@ -1,0 +1,79 @@
+// Which batches of one stream (one worker's fetches, or a single-process iterator's hand-outs)
+// are measured in full and written to the ring. A stream slower than kSampleAbovePerSecond fetches
+// a second has every fetch measured; a faster one a random sample of about kMeasuredPerSecond a
+// second, each event standing for the fetches since the previous one (Event::weight), so batch
+// counts stay exact and weighted sums unbiased. Chosen before a fetch runs, never by its duration.
+#pragma once
+
+#include <cstdint>
+
+namespace dldoctor::trace {
+
+/// Measured fetches per second a fast stream keeps: thousands of fetches a second describe a
+/// distribution as well as tens of thousands, at a tenth of the hooks' and the watcher's cost.
+inline constexpr int64_t kMeasuredPerSecond = 1000;
+/// Below this rate every fetch is measured (the sampling period is 1 until the rate reaches
+/// twice the measured rate). Normal loaders, whose batches take a millisecond or more, never
+/// sample.
+inline constexpr int64_t kSampleAbovePerSecond = 2 * kMeasuredPerSecond;
+/// The rate is estimated over windows this long; the period follows within one window.
+inline constexpr int64_t kRateWindowNs = 100'000'000;
+/// While fetches keep coming, one is measured at least this often whatever the period: when
+/// a fast stream slows down, its events resume within tens of milliseconds, not after
+/// `period` more fetches.
+inline constexpr int64_t kMaxUnmeasuredNs = 20'000'000;
+/// Largest period (one fetch in this many measured): a stream of 4 M fetches/s.
+inline constexpr uint32_t kMaxSamplePeriod = 4096;
+/// An event's weight is a uint16: the stream measures a fetch before the count overflows.
+inline constexpr uint32_t kMaxWeight = 65535;
+
+/// The per-stream decision; one object per stream, used by one thread at a time. `now_ns`
+/// may come from a coarse clock (CLOCK_MONOTONIC_COARSE, a few ms resolution): it only sets
+/// the rate windows and the gap between measured fetches.
+class BatchSampler {
+ public:
+  explicit BatchSampler(uint64_t seed = 0) noexcept { reset(seed); }
+
+  /// A fetch of this stream starts at `now_ns`. True: measure it (its event stands for
+  /// weight() fetches). `force`: measure it whatever the sample says (a profiled fetch);
+  /// one the sample did not pick then stands for itself alone (weight 1).
+  bool take(int64_t now_ns, bool force = false) noexcept {
+    return record(decide(now_ns), force, now_ns);
+  }
+  /// The decision alone: is the next batch in the sample? Its bookkeeping is record()'s,
+  /// once the batch has come (a call that ends in StopIteration is no batch).
+  /// take(now, force) is record(decide(now), force, now).
+  bool decide(int64_t now_ns) noexcept;
+  /// The bookkeeping of a batch that came, with the decision made for it ahead (decide())
+  /// or elsewhere (a single-process fetch follows its hand-out's sample). True: measured.
+  bool record(bool sampled, bool force, int64_t now_ns) noexcept;
+  /// Fetches the last measured one stands for: itself and those skipped since the one before.
+  uint32_t weight() const noexcept { return weight_; }
+  /// Fetches skipped since the last measured one.
+  uint32_t unmeasured() const noexcept { return unmeasured_; }
+  /// The unmeasured tail, handed over once when the stream ends (then 0).
+  uint32_t take_unmeasured() noexcept;
+  /// Current period: about one fetch in period() is measured.
+  uint32_t period() const noexcept { return period_; }
+  /// Fetches measured so far.
+  uint64_t measured() const noexcept { return measured_; }
+  /// Starts over (a new stream, or a forked child's own); `seed` 0 picks one.
+  void reset(uint64_t seed = 0) noexcept;
+  /// Starts at `period` (a power of two, clamped) instead of 1: a new epoch of a loader whose
+  /// previous one ran fast is sampled from its first window on.
+  void resume(uint32_t period) noexcept;
+
+ private:
+  uint64_t next_random() noexcept;
+
+  uint64_t rng_ = 1;
+  uint32_t period_ = 1;
+  uint32_t weight_ = 1;
+  uint32_t unmeasured_ = 0;
+  uint64_t measured_ = 0;
+  int64_t last_measured_ns_ = 0;
+  int64_t window_start_ns_ = 0;
+  int64_t window_fetches_ = 0;
+};
+
+}  // namespace dldoctor::trace

@@ -1,0 +1,200 @@
+// A loader's events folded into its track when the writer measured a sample of a fast stream
+// (each event standing for `weight` batches, the unmeasured tail on kIterEnd / kWorkerExit):
+// the counts come out exact and the figures the rules read (data stall, per-sample times,
+// bytes per batch, on-CPU share) as from every batch.
+#include "dldoctor_core/analyze/loader_track.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+
+#include "dldoctor_core/analyze/session.hpp"
+#include "dldoctor_core/trace/batch_sampler.hpp"
+
+namespace dldoctor::analyze {
+namespace {
+
+using trace::Event;
+using trace::EventKind;
+
+constexpr int64_t kUs = 1000;
+constexpr int64_t kT0 = 5'000'000'000'000;
+
+Event iter_start(uint16_t loader, int64_t t) {
+  Event e;
+  e.kind = EventKind::kIterStart;
+  e.t_ns = t;
+  e.loader = loader;
+  e.worker = 0;  // num_workers
+  e.count = 8;
+  e.flags = trace::kInOrder;
+  e.v[1] = 100;
+  e.v[3] = 1;
+  return e;
+}
+
+/// One single-process batch: its fetch and its hand-out, as the hooks write them.
+struct Batch {
+  int64_t t, fetch_ns, collate_ns, step_ns, bytes, cpu_ns;
+  int32_t index;
+};
+
+Event fetch_event(const Batch& b, uint16_t weight) {
+  Event e;
+  e.kind = EventKind::kWorkerBatch;
+  e.pid = 100;
+  e.t_ns = b.t;
+  e.loader = 1;
+  e.worker = -1;
+  e.index = b.index;
+  e.count = 8;
+  e.v[0] = b.fetch_ns;
+  e.v[1] = b.collate_ns;
+  e.v[2] = b.cpu_ns;
+  e.v[3] = b.bytes;
+  e.weight = weight;
+  return e;
+}
+
+Event handout_event(const Batch& b, bool first, uint16_t weight) {
+  Event e;
+  e.kind = EventKind::kMainBatch;
+  e.pid = 100;
+  e.t_ns = b.t;
+  e.loader = 1;
+  e.worker = -1;
+  e.index = b.index;
+  e.count = 8;
+  e.v[0] = b.fetch_ns;  // blocked for its own fetch
+  e.v[1] = first ? -1 : b.step_ns;
+  e.v[2] = -1;
+  e.weight = weight;
+  return e;
+}
+
+// 80,000 batches/s for 5 s, every batch recorded in `full`, a sample in `sampled` (the
+// hooks' own sampler, deciding as they do), with the tails on kIterEnd.
+class SampledLoop : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::mt19937_64 rng(42);
+    std::lognormal_distribution<double> fetch_us(std::log(9.0), 0.4);
+    std::uniform_real_distribution<double> step_us(2.0, 4.0);
+    trace::BatchSampler handouts(1), fetches(2);
+    const Event start = iter_start(1, kT0);
+    full_.on_iter_start(start);
+    sampled_.on_iter_start(start);
+    int64_t t = kT0 + 1000 * kUs;
+    bool next = true;
+    for (int32_t i = 0; i < kBatches; ++i) {
+      Batch b{t, int64_t(fetch_us(rng) * kUs), 0, int64_t(step_us(rng) * kUs), 0, 0, i};
+      b.collate_ns = b.fetch_ns / 4;
+      b.bytes = i % 3 == 0 ? 4096 : 64;
+      b.cpu_ns = b.fetch_ns * 9 / 10;
+      full_.on_worker_batch(fetch_event(b, 1));
+      full_.on_main_batch(handout_event(b, i == 0, 1));
+      // As the hooks decide: the hand-out at the previous batch; the fetch follows it.
+      const bool measure = i == 0 || handouts.record(next, false, t);
+      const uint16_t w = i == 0 ? 1 : uint16_t(handouts.weight());
+      if (fetches.record(measure, false, t))
+        sampled_.on_worker_batch(fetch_event(b, uint16_t(fetches.weight())));
+      if (measure) sampled_.on_main_batch(handout_event(b, i == 0, w));
+      t += b.fetch_ns + b.step_ns;
+      next = handouts.decide(t);
+    }
+    Event end;
+    end.kind = EventKind::kIterEnd;
+    end.t_ns = t;
+    end.loader = 1;
+    end.index = kBatches;
+    full_.on_iter_end(end);
+    end.v[2] = fetches.take_unmeasured();
+    end.v[3] = handouts.take_unmeasured();
+    sampled_.on_iter_end(end);
+    measured_ = int64_t(handouts.measured());
+  }
+
+  static constexpr int32_t kBatches = 400'000;
+  LoaderTrack full_, sampled_;
+  int64_t measured_ = 0;
+};
+
+TEST_F(SampledLoop, TheSampleIsSmall) {
+  EXPECT_LT(measured_, kBatches / 20);
+  EXPECT_GT(measured_, 3000);
+}
+
+TEST_F(SampledLoop, CountsAreExact) {
+  EXPECT_EQ(sampled_.main_total().batches, kBatches);
+  EXPECT_EQ(sampled_.worker_total().batches, kBatches);
+  EXPECT_EQ(sampled_.workers().at(-1).batches, kBatches);
+  ASSERT_EQ(sampled_.epochs().size(), 1u);
+  EXPECT_EQ(sampled_.epochs()[0].batches, kBatches);
+  EXPECT_EQ(sampled_.epochs()[0].first_batch_latency_ns,
+            full_.epochs()[0].first_batch_latency_ns);  // the first hand-out is measured
+}
+
+TEST_F(SampledLoop, TheRulesFiguresAreThoseOfEveryBatch) {
+  auto near = [](double sampled, double full, double tolerance) {
+    EXPECT_NEAR(sampled / full, 1.0, tolerance) << sampled << " vs " << full;
+  };
+  const MainSums& fm = full_.main_total();
+  const MainSums& sm = sampled_.main_total();
+  near(double(sm.wait_ns) / double(sm.wait_ns + sm.step_ns),
+       double(fm.wait_ns) / double(fm.wait_ns + fm.step_ns), 0.02);  // data stall
+  near(double(sm.step_ns) / double(sm.stepped), double(fm.step_ns) / double(fm.stepped), 0.02);
+  const WorkerSums& fw = full_.worker_total();
+  const WorkerSums& sw = sampled_.worker_total();
+  // per-sample time, collate share, on-CPU share, bytes per batch (bytes in flight)
+  near(double(sw.fetch_ns) / double(sw.samples), double(fw.fetch_ns) / double(fw.samples), 0.02);
+  near(double(sw.collate_ns) / double(sw.fetch_ns), double(fw.collate_ns) / double(fw.fetch_ns),
+       0.02);
+  near(double(sw.cpu_ns) / double(sw.cpu_fetch_ns), double(fw.cpu_ns) / double(fw.cpu_fetch_ns),
+       0.02);
+  // Bytes take two values 64x apart here, so their sample mean has a standard error of ~2%
+  // (the others' ~0.5%): each tolerance is about four of them.
+  near(double(sw.bytes) / double(sw.bytes_batches), double(fw.bytes) / double(fw.bytes_batches),
+       0.1);
+  // The percentiles come from the sample's own records.
+  auto p50 = [](const std::vector<WorkerBatchRecord>& v) {
+    std::vector<int64_t> f;
+    for (const auto& r : v) f.push_back(r.fetch_ns);
+    std::nth_element(f.begin(), f.begin() + f.size() / 2, f.end());
+    return double(f[f.size() / 2]);
+  };
+  near(p50(sampled_.worker_batches_since(-1)), p50(full_.worker_batches_since(-1)), 0.05);
+}
+
+TEST(SessionIngest, AWorkersSampleTailArrivesWithItsExit) {
+  Session s;
+  Event start = iter_start(3, kT0);
+  start.worker = 1;
+  s.ingest(start);
+  Event b;
+  b.kind = EventKind::kWorkerBatch;
+  b.pid = 200;
+  b.t_ns = kT0 + 1000;
+  b.loader = 3;
+  b.worker = 0;
+  b.count = 8;
+  b.v[0] = 10 * kUs;
+  b.weight = 40;
+  s.ingest(b);
+  Event exit;
+  exit.kind = EventKind::kWorkerExit;
+  exit.pid = 200;
+  exit.t_ns = kT0 + 2000;
+  exit.loader = 3;
+  exit.worker = 0;
+  exit.v[0] = 57;  // batches it fetched
+  exit.v[2] = 17;  // that no event stood for
+  s.ingest(exit);
+  const JobView v = s.view(kT0 + 3000, Window::kWholeRun);
+  ASSERT_EQ(v.loaders.size(), 1u);
+  EXPECT_EQ(v.loaders[0].worker_batches, 57);
+}
+
+}  // namespace
+}  // namespace dldoctor::analyze

@@ -1,0 +1,221 @@
+"""dldoctor.job.main on real DataLoaders: each iterator's start, hand-outs and end; a
+single-process loader measured in the main process; loader ids; a fast single-process loop
+measured as a sample with exact counts; pin-memory time; iterators created before install()
+pass through untouched."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from _hooked_job import (  # noqa: E402
+    BATCH_BYTES,
+    Event,
+    check_batches_match,
+    events,
+    hooked_job,
+    loader_of,
+    run_watched,
+)
+from dldoctor import _ext  # noqa: E402
+from dldoctor.job import events as K  # noqa: E402
+from dldoctor.job import hooks, main  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    return hooked_job(tmp_path_factory)
+
+
+@pytest.fixture()
+def in_process(tmp_path):
+    ring = _ext.EventRing.create(str(tmp_path / "events.ring"), 1 << 16)
+    assert hooks.install(ring.path, str(tmp_path))
+    yield ring
+    hooks.uninstall()
+    ring.close()
+
+
+def test_single_process_loader_is_measured_in_the_main_process(job):
+    lid = loader_of(job, "SingleMap")
+    (start,) = events(job, lid, K.K_ITER_START)
+    assert start.worker == 0 and start.v2 == 0  # no workers, no start method
+    fetches = events(job, lid, K.K_WORKER_BATCH)
+    handouts = events(job, lid, K.K_MAIN_BATCH)
+    assert [e.index for e in fetches] == [0, 1, 2, 3] == [e.index for e in handouts]
+    for f, m in zip(fetches, handouts):
+        assert f.pid == m.pid == job.result["main_pid"]
+        assert f.worker == m.worker == -1
+        assert f.v3 in (BATCH_BYTES, -1) and f.count == m.count == 4
+        assert m.v0 >= f.v0  # blocked for the whole fetch
+        assert f.weight == m.weight == 1
+    assert fetches[0].v3 == BATCH_BYTES  # an iterator's first fetch is always measured
+    assert handouts[0].v1 == -1 and all(m.v1 >= 0 for m in handouts[1:])
+    assert not events(job, lid, K.K_WORKER_START)
+    (end,) = events(job, lid, K.K_ITER_END)
+    assert (end.index, end.v2, end.v3) == (4, 0, 0)  # nothing left unmeasured
+
+
+def test_every_loader_gets_its_own_id(job):
+    ids = [r["loader"] for r in job.side if r.get("type") == "iter_start"]
+    per_dataset = {}
+    for r in job.side:
+        if r.get("type") == "iter_start":
+            per_dataset.setdefault(r["dataset"], set()).add(r["loader"])
+    assert all(len(v) == 1 for v in per_dataset.values())
+    assert len(set(ids)) == len(per_dataset)
+    a, b = loader_of(job, "TwoA"), loader_of(job, "TwoB")
+    assert a != b
+    check_batches_match(job, a, 4, BATCH_BYTES)
+    # zip() stops at a's StopIteration without asking b again: b's epoch is cut short.
+    check_batches_match(job, b, 4, BATCH_BYTES, end_reason=K.END_SHUTDOWN)
+
+
+def test_thread_facts_recorded_at_iterator_creation(job):
+    rec = next(r for r in job.side if r.get("type") == "iter_start")
+    assert rec["threads"]["active"] >= 1 and "MainThread" in rec["threads"]["non_daemon"]
+    assert rec["start_method"] == "fork"
+
+
+def test_in_process_single_process_loader(in_process):
+    from torch.utils.data import DataLoader
+
+    data = [torch.arange(3) + i for i in range(6)]
+    got = [b.tolist() for b in DataLoader(data, batch_size=2)]
+    assert got == [[[0, 1, 2], [1, 2, 3]], [[2, 3, 4], [3, 4, 5]], [[4, 5, 6], [5, 6, 7]]]
+    evs = [Event(*e) for e in in_process.drain()]
+    kinds = [e.kind for e in evs]
+    assert kinds.count(K.K_WORKER_BATCH) == 3 and kinds.count(K.K_MAIN_BATCH) == 3
+    assert kinds[0] == K.K_ITER_START and kinds[-1] == K.K_ITER_END
+    sizes = [e.v3 for e in evs if e.kind == K.K_WORKER_BATCH]
+    assert sizes[0] == 48 and set(sizes) <= {48, -1}
+
+
+def test_a_fast_single_process_loop_is_a_sample_with_exact_counts(tmp_path):
+    from torch.utils.data import DataLoader
+
+    ring = _ext.EventRing.create(str(tmp_path / "events.ring"), 1 << 18)
+    n = 100_000  # batch_size 8 of ints: tens of thousands of batches a second
+    loader = DataLoader(list(range(8 * n)), batch_size=8)
+    plain = [b.sum().item() for b in DataLoader(list(range(8 * n)), batch_size=8)]
+    assert hooks.install(ring.path, str(tmp_path))
+    try:
+        t0 = time.monotonic()
+        watched = [b.sum().item() for b in loader]
+        rate = n / (time.monotonic() - t0)
+        again = [b.sum().item() for b in loader]  # the next epoch starts sampled
+    finally:
+        hooks.uninstall()
+    evs = [Event(*e) for e in ring.drain()]
+    ring.close()
+    assert watched == plain == again
+    ends = [e for e in evs if e.kind == K.K_ITER_END]
+    assert [(e.index, e.v0) for e in ends] == [(n, K.END_EXHAUSTED)] * 2
+    for epoch, end in enumerate(ends):
+        lo = ends[epoch - 1].t_ns if epoch else 0
+        mine = [e for e in evs if lo < e.t_ns <= end.t_ns]
+        handouts = [e for e in mine if e.kind == K.K_MAIN_BATCH]
+        fetches = [e for e in mine if e.kind == K.K_WORKER_BATCH]
+        if rate > 20_000:  # a sample (unless a crowded machine slowed the loop down)
+            assert len(handouts) < n / 4 and len(fetches) < n / 4
+        assert sum(max(e.weight, 1) for e in handouts) + end.v3 == n  # every batch counted
+        assert sum(max(e.weight, 1) for e in fetches) + end.v2 == n
+        assert handouts[0].index == 0 and handouts[0].v1 == -1 and handouts[0].weight == 1
+        # a measured hand-out and its fetch are the same batch
+        by_index = {e.index: e for e in fetches}
+        paired = [m for m in handouts if m.index in by_index]
+        assert len(paired) >= len(handouts) * 0.9
+        assert all(m.v0 >= by_index[m.index].v0 for m in paired)
+    assert any(e.weight > 1 for e in evs if e.kind == K.K_MAIN_BATCH)
+
+
+def test_unwatched_iterators_pass_through(in_process):
+    from torch.utils.data import DataLoader
+
+    it = iter(DataLoader(list(range(4)), batch_size=2))
+    main.ITERS.states.clear()  # as for an iterator created before install()
+    _ext.batch_context.forget_states()
+    assert [b.tolist() for b in it] == [[0, 1], [2, 3]]
+    assert not [e for e in in_process.drain() if e[0] in (K.K_MAIN_BATCH, K.K_WORKER_BATCH)]
+
+
+def test_pin_memory_time_is_measured_once_per_batch(in_process):
+    pin = torch.utils.data._utils.pin_memory.pin_memory
+    assert pin.__dldoctor_orig__ is not None
+
+    class Pinnable:  # what pin_memory() calls on objects that know how to pin themselves
+        def pin_memory(self):
+            return self
+
+    batch = [Pinnable(), {"a": Pinnable(), "b": (Pinnable(), "text")}]
+    main.PINS.pending.clear()
+    out = pin(batch)
+    assert out == batch and out is not batch  # PyTorch copies the containers
+    assert list(main.PINS.pending) == [id(out)]  # the outer call only, not each element
+    assert main.PINS.pending[id(out)] > 0
+    main.PINS.pending.clear()
+
+
+def test_an_abandoned_iterator_ends_its_epoch(in_process):
+    from torch.utils.data import DataLoader
+
+    for workers in (0, 1):
+        context = "fork" if workers else None
+        loader = DataLoader(
+            list(range(40)), batch_size=4, num_workers=workers, multiprocessing_context=context
+        )
+        it = iter(loader)
+        assert [next(it).tolist() for _ in range(3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+        del it  # dropped mid-epoch
+        assert sum(len(b) for b in loader) == 40  # the next epoch is whole
+    evs = [Event(*e) for e in in_process.drain()]
+    ends = [(e.index, e.v0, e.v1) for e in evs if e.kind == K.K_ITER_END]
+    assert sorted(ends) == sorted([(3, K.END_SHUTDOWN, 1), (10, K.END_EXHAUSTED, 2)] * 2)
+
+
+def test_python_dash_m_from_a_shell_script_is_instrumented(tmp_path):
+    pkg = tmp_path / "jobpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text(
+        "import os, torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "print(os.getpid(), len(list(DataLoader(list(range(6)), batch_size=2))))\n"
+    )
+    script = tmp_path / "train.sh"
+    script.write_text(f'#!/bin/sh\ncd "{tmp_path}" && exec "{sys.executable}" -m jobpkg\n')
+    script.chmod(0o755)
+    run = run_watched([str(script)], tmp_path / "run")
+    assert run.proc.returncode == 0, run.proc.stderr[-3000:]
+    pid, batches = map(int, run.proc.stdout.split())
+    assert batches == 3
+    handouts = [e for e in run.events if e.kind == K.K_MAIN_BATCH]
+    assert [e.index for e in handouts] == [0, 1, 2] and {e.pid for e in handouts} == {pid}
+    assert os.getpid() != pid
+
+
+STOPPED_MID_EPOCH = """
+from torch.utils.data import DataLoader
+it = iter(DataLoader(list(range(8 * 200_000)), batch_size=8))
+for _ in range(100_000):
+    next(it)
+print("handed out 100000")  # and exits with the iterator alive, mid-epoch
+"""
+
+
+def test_a_loop_stopped_mid_epoch_still_counts_every_batch(tmp_path):
+    script = tmp_path / "stopped.py"
+    script.write_text(STOPPED_MID_EPOCH)
+    run = run_watched([sys.executable, str(script)], tmp_path / "run", capacity=1 << 18)
+    assert run.proc.returncode == 0, run.proc.stderr[-3000:]
+    (end,) = [e for e in run.events if e.kind == K.K_ITER_END]
+    assert (end.index, end.v0) == (100_000, K.END_SHUTDOWN)  # ended at exit, tails included
+    handouts = [e for e in run.events if e.kind == K.K_MAIN_BATCH]
+    fetches = [e for e in run.events if e.kind == K.K_WORKER_BATCH]
+    assert sum(max(e.weight, 1) for e in handouts) + end.v3 == 100_000
+    assert sum(max(e.weight, 1) for e in fetches) + end.v2 == 100_000
