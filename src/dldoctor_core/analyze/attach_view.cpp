@@ -59,6 +59,23 @@ std::string short_file(const std::string& file) {
   return slash == std::string::npos ? file : file.substr(slash + 1);
 }
 
+/// The collate_fn fetch() calls, when it is not torch's own: the first frame above fetch
+/// outside torch's data utilities ("" for default_collate or when not found).
+std::string custom_collate_of(const std::vector<PyFrame>& frames,
+                              const std::vector<std::string>& names) {
+  for (size_t i = 0; i < frames.size(); ++i) {
+    if (!is_fetch_frame(frames[i])) continue;
+    for (size_t j = i; j-- > 0;) {
+      const PyFrame& f = frames[j];
+      if (contains(f.file, "torch/utils/data/")) return "";  // default_collate
+      if (f.function.empty() || f.function.front() == '<') continue;
+      return j < names.size() && !names[j].empty() ? names[j] : f.function;
+    }
+    return "";
+  }
+  return "";
+}
+
 }  // namespace
 
 const char* sampled_place_name(SampledPlace p) noexcept {
@@ -276,7 +293,21 @@ void AttachSession::add_samples(int pid, std::vector<ThreadSamples> threads, int
     t.samples += st.count;
     t.places[p] += st.count;
     if (is_fetch_place(p)) count_hot_locked(a->loader, st.frames, st.names, st.count);
+    if (p == SampledPlace::kCollate && !collate_seen_.count(a->loader)) {
+      if (std::string c = custom_collate_of(st.frames, st.names); !c.empty())
+        collate_seen_[a->loader] = c;
+    }
   }
+}
+
+void AttachSession::keep_loaders(const std::set<int>& ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(loaders_, [&](const AttachedLoader& l) { return !ids.count(l.loader); });
+}
+
+std::vector<AttachedLoader> AttachSession::loaders() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return loaders_;
 }
 
 void AttachSession::set_window(int64_t from_ns, int64_t to_ns) {
@@ -293,7 +324,7 @@ LoaderView AttachSession::loader_view_locked(const AttachedLoader& a) const {
   l.config.start_method = a.start_method;
   if (a.pin_memory) l.config.flags |= trace::kPinMemory;
   if (a.persistent_workers) l.config.flags |= trace::kPersistentWorkers;
-  if (!a.collate_fn.empty()) l.config.flags |= trace::kCustomCollate;
+  if (!collate_fn_locked(a).empty()) l.config.flags |= trace::kCustomCollate;
   for (int pid : a.worker_pids)
     if (pid > 0) l.worker_pids.push_back(pid);
   const std::vector<int> fetchers =
@@ -308,8 +339,10 @@ LoaderView AttachSession::loader_view_locked(const AttachedLoader& a) const {
     st.main_samples = m.samples;
     in_loader = m.share_of(SampledPlace::kInLoader) + m.share_of(SampledPlace::kGetitem) +
                 m.share_of(SampledPlace::kCollate) + m.share_of(SampledPlace::kReading);
-    if (m.samples > 0)
+    if (m.samples > 0) {
+      st.main_in_loader = double(in_loader) / double(m.samples);
       st.main_collective = double(m.share_of(SampledPlace::kCollective)) / double(m.samples);
+    }
     st.failed_samples += m.failed;
   }
   std::map<SampledPlace, int64_t> fetch;
@@ -338,7 +371,8 @@ LoaderView AttachSession::loader_view_locked(const AttachedLoader& a) const {
   st.other = share(SampledPlace::kOther);
   if (st.main_samples == 0 && st.fetch_samples == 0) return l;  // no stack could be read
 
-  if (st.main_samples > 0) {
+  // A stuck loader hands out nothing: no stall to judge, the hang rules speak of it.
+  if (st.main_samples > 0 && !stuck_.count(a.loader)) {
     l.data_stall_fraction = double(in_loader) / double(st.main_samples);
     l.loop_s = st.window_s;
   }
@@ -429,6 +463,7 @@ std::vector<int> AttachSession::stuck_loaders() const {
 }
 
 std::vector<watchdog::WatchedProcess> AttachSession::processes() const {
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<watchdog::WatchedProcess> out;
   std::set<int> mains;
   for (const AttachedLoader& a : loaders_) {
@@ -441,28 +476,52 @@ std::vector<watchdog::WatchedProcess> AttachSession::processes() const {
 
 watchdog::HangContext AttachSession::hang_context() const {
   static const char* kMethods[] = {"", "fork", "spawn", "forkserver"};
+  std::lock_guard<std::mutex> lock(mu_);
   watchdog::HangContext c;
   for (const AttachedLoader& a : loaders_) {
     LoaderContext l;
     l.loader = a.loader;
     l.num_workers = a.num_workers;
-    l.collate_fn = a.collate_fn;
+    l.collate_fn = collate_fn_locked(a);
     l.worker_init_fn = a.worker_init_fn;
     const size_t m = size_t(a.start_method);
     l.start_method = m < 4 ? kMethods[m] : "";
+    if (auto it = threads_at_fork_.find(a.main_pid);
+        it != threads_at_fork_.end() && a.start_method == trace::StartMethod::kFork) {
+      l.main_threads_at_fork = 1 + int(it->second.size());  // the main thread, and these
+      l.main_thread_names_at_fork = it->second;
+    }
     c.loaders.push_back(std::move(l));
   }
   return c;
 }
 
+std::string AttachSession::collate_fn(const AttachedLoader& a) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return collate_fn_locked(a);
+}
+
+std::string AttachSession::collate_fn_locked(const AttachedLoader& a) const {
+  if (!a.collate_fn.empty()) return a.collate_fn;
+  auto it = collate_seen_.find(a.loader);
+  return it == collate_seen_.end() ? std::string() : it->second;
+}
+
+void AttachSession::note_threads_at_fork(int main_pid, std::vector<std::string> names) {
+  std::lock_guard<std::mutex> lock(mu_);
+  threads_at_fork_[main_pid] = std::move(names);
+}
+
 watchdog::HangSnapshot AttachSession::capture_hang(
-    std::map<int, std::vector<PyThreadStack>> stacks, const std::map<int, std::string>& notes) const {
+    std::map<int, std::vector<PyThreadStack>> stacks, const std::map<int, std::string>& notes) {
+  const std::vector<int> stuck = stuck_loaders();
   std::map<int, watchdog::CpuMark> marks;
   int64_t from = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     marks = cpu_at_start_;
     from = from_ns_;
+    stuck_.insert(stuck.begin(), stuck.end());
   }
   const int64_t now = now_ns();
   const double watched_s = from > 0 ? double(now - from) / 1e9 : 0;

@@ -120,6 +120,9 @@ class AttachSession {
   /// The stack samples of one process over the window; `failed`: samples that could not be
   /// read; `period_ms`: the time one sample stands for (the hot functions' ms).
   void add_samples(int pid, std::vector<ThreadSamples> threads, int64_t failed, double period_ms);
+  /// Forgets the loaders not in `ids`: a main process without workers is a loader only if
+  /// its samples entered a DataLoader (num_workers=0), which the samples decide.
+  void keep_loaders(const std::set<int>& ids);
   /// The window the samples and passes cover (CLOCK_MONOTONIC).
   void set_window(int64_t from_ns, int64_t to_ns);
 
@@ -130,6 +133,8 @@ class AttachSession {
   /// Loaders whose main process sat in the loader (kStuckInLoaderShare) while none of its
   /// fetching processes used kBusyCpuShare of a core: the tree makes no progress.
   std::vector<int> stuck_loaders() const;
+  /// The custom collate_fn a loader's stacks showed, else its configured one ("" default).
+  std::string collate_fn(const AttachedLoader& a) const;
   /// The processes of the job and their roles, for a hang capture.
   std::vector<watchdog::WatchedProcess> processes() const;
   /// What the hang rules need to know of the loaders (what attaching can know of it).
@@ -137,14 +142,20 @@ class AttachSession {
   /// A capture of the stuck tree: the kernel view of each process now, its CPU since the
   /// window began, and `stacks` (pid -> every thread's stack, from a full dump), source lines
   /// annotated. stalled_s is the window: the tree was stuck at least that long.
+  /// From then on the stuck loaders have no stall figures: a loader that hands out nothing
+  /// is not slow, and the hang rules speak of it instead of the throughput rules.
   watchdog::HangSnapshot capture_hang(std::map<int, std::vector<watchdog::PyThreadStack>> stacks,
-                                      const std::map<int, std::string>& notes) const;
+                                      const std::map<int, std::string>& notes);
+  /// The main process's Python threads (other than its main thread) that were alive when its
+  /// workers were forked, as the caller read them (threads alive now that started before
+  /// the first worker: a lower bound). For the hang rules' fork explanation.
+  void note_threads_at_fork(int main_pid, std::vector<std::string> names);
 
   /// The report decided: the rules over the view, merged with `hang` findings when given.
   Decision decide(const std::vector<report::Finding>& hang, bool hung) const;
   /// The facts as narrowed to the job.
   system::Facts facts() const;
-  const std::vector<AttachedLoader>& loaders() const noexcept { return loaders_; }
+  std::vector<AttachedLoader> loaders() const;
 
  private:
   /// Per function of the fetch: samples in it (callees included), at its top, and per line.
@@ -155,6 +166,7 @@ class AttachSession {
   };
   const AttachedLoader* loader_of(int pid, int* worker) const;
   LoaderView loader_view_locked(const AttachedLoader& a) const;
+  std::string collate_fn_locked(const AttachedLoader& a) const;
   void count_hot_locked(int loader, const std::vector<watchdog::PyFrame>& frames,
                         const std::vector<std::string>& names, int64_t n);
 
@@ -168,6 +180,9 @@ class AttachSession {
   std::unordered_map<int, WorkerPools> pools_;
   std::set<int> probed_;
   std::map<int, watchdog::CpuMark> cpu_at_start_;  ///< each process at its first pass
+  std::map<int, std::string> collate_seen_;  ///< per loader: a custom collate_fn in the stacks
+  std::map<int, std::vector<std::string>> threads_at_fork_;  ///< per main pid
+  std::set<int> stuck_;  ///< loaders captured as stuck
   int64_t from_ns_ = 0, to_ns_ = 0;
 };
 
