@@ -233,8 +233,12 @@ def describe(job: Job, seconds: float) -> str:
     if job.agent is not None:
         parts.append(f"under the agent {job.agent.pid}")
     ranks = [r["rank"] for r in job.ranks.values() if "rank" in r]
-    main_word = "main process" if len(job.mains) == 1 else "main processes"
-    found = f"{len(job.mains)} {main_word}"
+    n = len(job.mains)
+    if not workers:
+        found = f"no DataLoader worker; sampling {n} Python process{'es' if n != 1 else ''} "
+        found += "for a DataLoader that runs in-process"
+        return ", ".join(parts) + f": {found}; watching for {seconds:g} s"
+    found = f"{n} main process{'es' if n != 1 else ''}"
     if ranks:
         found += " (rank " + ", ".join(str(r) for r in sorted(ranks)) + ")"
     found += f", {workers} DataLoader worker{'s' if workers != 1 else ''}"

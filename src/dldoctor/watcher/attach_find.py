@@ -48,7 +48,8 @@ class Proc:
 
     @property
     def command(self) -> str:
-        return " ".join(self.cmdline) if self.cmdline else f"[{self.comm}]"
+        """The command line on one line (an argument may hold newlines: `python -c ...`)."""
+        return " ".join(" ".join(self.cmdline).split()) if self.cmdline else f"[{self.comm}]"
 
 
 @dataclass

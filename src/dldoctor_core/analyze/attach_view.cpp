@@ -541,14 +541,17 @@ watchdog::HangSnapshot AttachSession::capture_hang(
 }
 
 Decision AttachSession::decide(const std::vector<report::Finding>& hang, bool hung) const {
-  std::vector<report::Finding> findings = run_rules(view());
+  const JobView v = view();
+  std::vector<report::Finding> findings = run_rules(v);
   if (hung) findings = with_hang(std::move(findings), hang);
-  bool any;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    any = !loaders_.empty();
-  }
-  return analyze::decide(std::move(findings), any, hung);
+  // "healthy" says the loader keeps up: only a loader whose stacks were read can be judged
+  // so. Without them (no permission) a critical finding from /proc still names the verdict,
+  // and nothing else does: "unknown".
+  bool judged = false;
+  for (const LoaderView& l : v.loaders) judged = judged || l.stacks.has_value();
+  for (const report::Finding& f : findings)
+    judged = judged || f.severity == report::Severity::kCritical;
+  return analyze::decide(std::move(findings), judged, hung);
 }
 
 system::Facts AttachSession::facts() const {
