@@ -136,8 +136,7 @@ nb::dict loader_to_dict(const analyze::LoaderView& l, const AttachedLoader& a) {
   d["epochs"] = nb::none();
   d["batches"] = nb::none();
   d["batches_per_s"] = nb::none();
-  d["data_stall_pct"] =
-      l.data_stall_fraction ? nb::cast(*l.data_stall_fraction * 100) : nb::none();
+  d["data_stall_pct"] = l.data_stall_fraction ? nb::cast(*l.data_stall_fraction * 100) : nb::none();
   d["getitem_p50_ms"] = nb::none();
   d["getitem_p99_ms"] = nb::none();
   d["collate_p50_ms"] = nb::none();
@@ -397,8 +396,8 @@ void register_attach(nb::module_& m) {
            "Forgets every loader not in `ids` (mains whose samples showed no loader).")
       .def("stuck_loaders", &PyAttach::stuck_loaders,
            "Loaders whose main process sat in them while nothing of them used CPU.")
-      .def("capture_hang", &PyAttach::capture_hang, nb::arg("dumps"),
-           nb::arg("notes") = nb::none(), nb::arg("threads_at_fork") = nb::none(),
+      .def("capture_hang", &PyAttach::capture_hang, nb::arg("dumps"), nb::arg("notes") = nb::none(),
+           nb::arg("threads_at_fork") = nb::none(),
            "Captures the stuck tree (kernel view, CPU since the window began) with `dumps` "
            "({pid: py-spy dump's JSON threads}), `notes` ({pid: why no stack}) and "
            "`threads_at_fork` ({main pid: names of its threads older than its workers}), and "

@@ -79,9 +79,8 @@ std::string custom_collate_of(const std::vector<PyFrame>& frames,
 }  // namespace
 
 const char* sampled_place_name(SampledPlace p) noexcept {
-  static constexpr const char* kNames[] = {"getitem", "collate",    "reading",
-                                           "idle",    "sending",    "other",
-                                           "in_loader", "collective", "step"};
+  static constexpr const char* kNames[] = {"getitem", "collate",   "reading",    "idle", "sending",
+                                           "other",   "in_loader", "collective", "step"};
   return kNames[size_t(p)];
 }
 
@@ -99,15 +98,19 @@ watchdog::PyFrame frame_from_pyspy(const std::string& qualified_name, const std:
 
 bool reading_frame(const PyFrame& top) {
   // Reads with a Python frame of their own.
-  static constexpr std::array<std::string_view, 7> kReaderFiles = {
-      "/socket.py", "/ssl.py", "/http/client.py", "/selectors.py",
-      "/multiprocessing/connection.py", "/urllib/request.py", "/_pyio.py"};
+  static constexpr std::array<std::string_view, 7> kReaderFiles = {"/socket.py",
+                                                                   "/ssl.py",
+                                                                   "/http/client.py",
+                                                                   "/selectors.py",
+                                                                   "/multiprocessing/connection.py",
+                                                                   "/urllib/request.py",
+                                                                   "/_pyio.py"};
   for (std::string_view f : kReaderFiles)
     if (ends_with(top.file, f)) return true;
   // A C-level read has no frame: the caller's line shows the call.
   static constexpr std::array<std::string_view, 11> kReadCalls = {
-      ".recv(", ".recv_into(", ".recvfrom(", ".read(", ".readinto(", ".readline(",
-      ".readlines(", "os.read(", "os.pread(", "urlopen(", "np.fromfile("};
+      ".recv(",      ".recv_into(", ".recvfrom(", ".read(",   ".readinto(",  ".readline(",
+      ".readlines(", "os.read(",    "os.pread(",  "urlopen(", "np.fromfile("};
   for (std::string_view c : kReadCalls)
     if (contains(top.code, c)) return true;
   return false;
@@ -512,8 +515,8 @@ void AttachSession::note_threads_at_fork(int main_pid, std::vector<std::string> 
   threads_at_fork_[main_pid] = std::move(names);
 }
 
-watchdog::HangSnapshot AttachSession::capture_hang(
-    std::map<int, std::vector<PyThreadStack>> stacks, const std::map<int, std::string>& notes) {
+watchdog::HangSnapshot AttachSession::capture_hang(std::map<int, std::vector<PyThreadStack>> stacks,
+                                                   const std::map<int, std::string>& notes) {
   const std::vector<int> stuck = stuck_loaders();
   std::map<int, watchdog::CpuMark> marks;
   int64_t from = 0;

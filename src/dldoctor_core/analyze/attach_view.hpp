@@ -40,7 +40,7 @@ struct AttachedLoader {
   int num_workers = 0;           ///< 0: the main process fetches (no worker processes)
   std::vector<int> worker_pids;  ///< worker id i at index i (-1 or 0: not running)
   trace::StartMethod start_method = trace::StartMethod::kUnknown;
-  bool pin_memory = false;        ///< a pin-memory thread runs in the main process
+  bool pin_memory = false;  ///< a pin-memory thread runs in the main process
   bool persistent_workers = false;
   std::string collate_fn;      ///< qualname when seen ("" unknown or torch's default)
   std::string worker_init_fn;  ///< qualname when known
@@ -98,8 +98,8 @@ struct ProcessTally {
   int64_t samples = 0;  ///< of the thread that matters (the loop's, or the worker loop's)
   int64_t failed = 0;   ///< samples that could not be read
   std::map<SampledPlace, int64_t> places;
-  std::string thread;  ///< the thread read
-  size_t distinct = 0; ///< distinct stacks of that thread
+  std::string thread;       ///< the thread read
+  size_t distinct = 0;      ///< distinct stacks of that thread
   bool pin_thread = false;  ///< a thread runs torch's pin-memory loop
   int64_t share_of(SampledPlace p) const {
     auto it = places.find(p);
@@ -182,7 +182,7 @@ class AttachSession {
   std::map<int, watchdog::CpuMark> cpu_at_start_;  ///< each process at its first pass
   std::map<int, std::string> collate_seen_;  ///< per loader: a custom collate_fn in the stacks
   std::map<int, std::vector<std::string>> threads_at_fork_;  ///< per main pid
-  std::set<int> stuck_;  ///< loaders captured as stuck
+  std::set<int> stuck_;                                      ///< loaders captured as stuck
   int64_t from_ns_ = 0, to_ns_ = 0;
 };
 

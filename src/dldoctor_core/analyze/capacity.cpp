@@ -166,8 +166,7 @@ int workers_for_stall(int processes, double stall) noexcept {
 std::string supply_text(const FetchFigures& x) {
   const Shortfall& s = x.shortfall;
   const int n = s.capacity ? s.capacity->fetch_processes : std::max(1, x.num_workers);
-  const std::string who = s.serial ? std::string("the main process")
-                                   : count_of(n, "worker");
+  const std::string who = s.serial ? std::string("the main process") : count_of(n, "worker");
   const bool one = s.serial || n == 1;
   if (s.capacity)
     return who + (one ? " supplies " : " supply ") + num(s.capacity->capacity_bps) +

@@ -73,7 +73,7 @@ struct Shortfall {
   /// Capacity against demand from the per-batch timing; empty without it (attach), where
   /// `stacks` proves the shortfall instead.
   std::optional<FetchCapacity> capacity;
-  std::optional<double> busy;  ///< busy_fraction(); empty when CPU time was not measured
+  std::optional<double> busy;         ///< busy_fraction(); empty when CPU time was not measured
   std::optional<StackShares> stacks;  ///< the stack samples' proof (attach)
   /// num_workers=0: fetch and step never overlap.
   bool serial = false;
@@ -114,7 +114,7 @@ struct CpuBoundFetch {
   bool custom_collate = false;             ///< the loader's own collate_fn
   std::vector<HotFunction> hot_functions;  ///< from sampled profiles, hottest first
   bool oversubscribed = false;             ///< too_many_workers is proven: cut the work per sample
-  int needed_workers = 1;                  ///< workers_for() (or workers_for_stall()) the loop's demand
+  int needed_workers = 1;                  ///< workers_for[_stall]() the loop's demand
   std::optional<int> ceiling;              ///< cpu_worker_ceiling()
   /// Proven oversubscription is the first thing to fix (too_many_workers), so the slow fetch
   /// is then a partial cause; unmeasured CPU time lowers confidence the same way.

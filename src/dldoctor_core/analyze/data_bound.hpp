@@ -1,6 +1,7 @@
 // The first question of every analysis: is this loader data-bound at all? A loader is
-// judged only over enough batches (or, attached without hooks, stack samples) and loop time, and it stalls the loop when the main
-// process waits for batches at least kDataStallFraction of it (DESIGN.md section 4).
+// judged only over enough batches (or, attached without hooks, stack samples) and loop time, and it
+// stalls the loop when the main process waits for batches at least kDataStallFraction of it
+// (DESIGN.md section 4).
 #pragma once
 
 #include <cstdint>

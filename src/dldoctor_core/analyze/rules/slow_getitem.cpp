@@ -66,8 +66,8 @@ report::Finding finding(const Evidence& e) {
           (busy ? "are busy on a CPU (running or queued for one) for " + num(*busy * 100) +
                       "% of each fetch"
                 : std::string("fetch without a break (their CPU time was not measured)")) +
-          (c ? std::string() : " and are almost never idle waiting for an index") +
-          ", " + num((1.0 - e.collate_share) * 100) +
+          (c ? std::string() : " and are almost never idle waiting for an index") + ", " +
+          num((1.0 - e.collate_share) * 100) +
           "% of it in __getitem__: the loader is limited by the CPU cost of preparing "
           "samples, so it speeds up only with more CPUs working on it or less work per "
           "sample.";
