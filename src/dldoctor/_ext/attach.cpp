@@ -35,9 +35,6 @@ namespace {
 using analyze::AttachedLoader;
 using analyze::AttachSession;
 
-/// The sampler's whole CPU budget, % of one core: the same as `dldoctor run`'s (DESIGN.md
-/// section 6).
-constexpr double kSamplerBudgetPct = 1.0;
 
 trace::StartMethod start_method_from(const std::string& s) {
   if (s == "fork") return trace::StartMethod::kFork;
@@ -208,7 +205,10 @@ class PyAttach {
     if (sampler_) throw Error("attach: already started");
     sample::SamplerOptions so;
     so.interval_ns = int64_t(interval_s_ * 1e9);
-    so.total_budget_pct = kSamplerBudgetPct;
+    // smaps_rollup within its own small budget only (not `run`'s whole 1%): attached, no
+    // rule reads a worker's memory series (copy-on-write growth needs the samples read), and
+    // every cycle here is the job's.
+    so.total_budget_pct = 0;
     sampler_ = std::make_unique<sample::Sampler>(roots.front(), so);
     for (size_t i = 1; i < roots.size(); ++i) sampler_->add_root(roots[i]);
     const int64_t t0 = now_ns();

@@ -238,8 +238,8 @@ def start_method_of(worker: Proc, procs: dict[int, Proc]) -> str:
 
 def find_job(pid: int, dump=None) -> Job:
     """The job `pid` belongs to. `dump(pid, with_locals)` returns py-spy's JSON threads of a
-    process or None (no permission, not Python): it tells which loader each worker fetches
-    for and whether a main process runs a pin-memory thread."""
+    process or None (no permission, not Python): a worker's locals tell which loader it
+    fetches for. (A pin-memory thread is seen in the main process's samples later.)"""
     procs = all_procs()
     target = procs.get(pid) or read_proc(pid)
     if target is None:
@@ -310,12 +310,6 @@ def _loaders(mains, workers, procs, dump) -> list[Loader]:
             dataset = _ADDR.sub("", loop.get("dataset", "")).strip("<>")
             key = ("iter", it) if it else ("kind", n, dataset)
             groups.setdefault(key, []).append((w, wid, loop))
-        main_threads = dump(main, False) if dump else None
-        pin = any(
-            str(f.get("name", "")).endswith("_pin_memory_loop")
-            for frames in _frames_of(main_threads)
-            for f in frames
-        )
         for members in groups.values() or [[]]:
             ids = [wid for _, wid, _ in members]
             if members and (min(ids) < 0 or len(set(ids)) != len(ids)):
@@ -336,7 +330,6 @@ def _loaders(mains, workers, procs, dump) -> list[Loader]:
                     worker_pids=pids,
                     num_workers=size,
                     start_method=start_method_of(first, procs) if first else "",
-                    pin_memory=pin,
                     persistent_workers=loop.get("persistent_workers") == "True",
                     dataset=_ADDR.sub("", loop.get("dataset", "")).strip("<>"),
                 )

@@ -24,12 +24,13 @@ from ..errors import DldoctorError
 
 DUMP_TIMEOUT_S = 10.0  # a dump takes tens of milliseconds; a hung py-spy is given up on
 # The stack samples' CPU budget: py-spy costs about 1 ms of CPU per sample of a process
-# (measured: 0.14 s for 130 samples of a forked worker), so 20 samples/s over all processes
-# is ~2% of one core; with the /proc sampler's 1% and the command's own start-up, the attached
-# job keeps >= 98% of its throughput (bench/attach_overhead.py). A job of a main process and
-# two workers gets 6 samples a second of each, 60 in the default 10 s window: a share to
-# within about 6 points, enough against the rules' cuts (5% stall, 20% idle, 50% on CPU).
-SAMPLES_PER_S = 20
+# (measured: 0.14 s for 130 samples of a forked worker), so 12 samples/s over all processes
+# is ~1.2% of one core; with the /proc sampler and the command's own start-up the attach
+# costs ~0.4 s of CPU per 10 s window (bench/attach_overhead.py). A job of a main process and
+# two workers gets 4 samples a second of each, 40 in the default 10 s window: a share to
+# within about 8 points, enough against the rules' cuts (5% stall, 20% idle, 50% on CPU);
+# a longer --seconds narrows it.
+SAMPLES_PER_S = 12
 MAX_RATE = 20  # per process
 MIN_RATE = 2  # a tree of more than 10 processes goes over the budget rather than below this
 

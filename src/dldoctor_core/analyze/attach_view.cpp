@@ -325,7 +325,9 @@ LoaderView AttachSession::loader_view_locked(const AttachedLoader& a) const {
   l.config.num_workers = a.num_workers;
   l.config.main_pid = a.main_pid;
   l.config.start_method = a.start_method;
-  if (a.pin_memory) l.config.flags |= trace::kPinMemory;
+  auto main_tally = tallies_.find(a.main_pid);
+  if (a.pin_memory || (main_tally != tallies_.end() && main_tally->second.pin_thread))
+    l.config.flags |= trace::kPinMemory;
   if (a.persistent_workers) l.config.flags |= trace::kPersistentWorkers;
   if (!collate_fn_locked(a).empty()) l.config.flags |= trace::kCustomCollate;
   for (int pid : a.worker_pids)
