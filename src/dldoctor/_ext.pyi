@@ -446,3 +446,62 @@ class Monitor:
 
     @property
     def last_batch_ns(self) -> int: ...
+
+STACK_IDLE_SHARE: float = 0.2
+
+MIN_STACK_SAMPLES: int = 20
+
+class Attach:
+    """
+    `dldoctor attach`'s session: samples the attached tree from /proc on its own thread, takes py-spy's stack samples, and decides the report.
+    """
+
+    def __init__(self, loaders: object, interval_s: float = 0.1) -> None:
+        """
+        loaders: [{loader, main_pid, num_workers, worker_pids, start_method, pin_memory, persistent_workers, collate_fn, worker_init_fn}]; reads the machine's facts.
+        """
+
+    def start(self, roots: Sequence[int]) -> None:
+        """Starts sampling the trees under `roots` (the main processes)."""
+
+    def stop(self) -> None:
+        """Stops sampling; the window ends now."""
+
+    def add_samples(self, pid: int, frames: object, threads: object, failed: int = 0, period_ms: float = 0.0) -> None:
+        """
+        One process's stack samples: frames [(name, file, line)], threads [(name, tid, [(frame indices root first, count)])], samples that failed, ms per sample.
+        """
+
+    def keep_loaders(self, ids: Sequence[int]) -> None:
+        """
+        Forgets every loader not in `ids` (mains whose samples showed no loader).
+        """
+
+    def stuck_loaders(self) -> list:
+        """Loaders whose main process sat in them while nothing of them used CPU."""
+
+    def capture_hang(self, dumps: object, notes: object | None = None, threads_at_fork: object | None = None) -> dict:
+        """
+        Captures the stuck tree (kernel view, CPU since the window began) with `dumps` ({pid: py-spy dump's JSON threads}), `notes` ({pid: why no stack}) and `threads_at_fork` ({main pid: names of its threads older than its workers}), and classifies it: {snapshot, findings}.
+        """
+
+    def decide(self) -> dict:
+        """
+        The report decided: {verdict, findings}, the hang's findings merged in.
+        """
+
+    def loaders(self) -> list:
+        """The loaders for the report (None: unknown)."""
+
+    def tallies(self) -> list:
+        """Per process: its stack samples by place."""
+
+    def facts(self) -> dict:
+        """The machine's facts, narrowed to the job."""
+
+    def series(self) -> dict:
+        """The window over time (Report.series)."""
+
+    @property
+    def passes(self) -> int:
+        """Sampler passes taken."""

@@ -16,6 +16,7 @@ COMMANDS = {
     "check": ("dldoctor.commands.check", "is this machine set up to feed a GPU?"),
     "run": ("dldoctor.commands.run", "run a job, watch every DataLoader in it, diagnose"),
     "report": ("dldoctor.commands.report", "re-render a saved JSON report"),
+    "attach": ("dldoctor.commands.attach", "diagnose a job already running or stuck, by PID"),
 }
 
 

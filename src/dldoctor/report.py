@@ -52,6 +52,8 @@ class Report:
     # What the HTML report and traces need later: time series and per-worker figures.
     series: dict = field(default_factory=dict)
     hang: dict | None = None
+    # `dldoctor attach`: what was found from the pid and how it was sampled.
+    attach: dict | None = None
     tool_version: str = __version__
 
     # -- queries ---------------------------------------------------------------------
@@ -76,6 +78,8 @@ class Report:
         }
         if self.hang is not None:
             d["hang"] = self.hang
+        if self.attach is not None:
+            d["attach"] = self.attach
         if self.series:
             d["series"] = self.series
         return d
@@ -110,6 +114,7 @@ class Report:
             notes=list(d.get("notes") or []),
             series=dict(d.get("series") or {}),
             hang=d.get("hang"),
+            attach=d.get("attach"),
             tool_version=d.get("tool_version", "?"),
         )
 

@@ -271,6 +271,27 @@ SCENARIOS: list[dict] = [
         },
     },
     {
+        "name": "worker_hang/pipe",
+        "script": "worker_hang",
+        "args": ["--on", "pipe", "--seconds", "30"],
+        "doctor_args": HANG,
+        "expect": "worker_hang",
+        "checks": {
+            "returncode": HANG_ABORT_RC,
+            "verdict": "worker_hang",
+            "findings": {
+                "worker_hang": {
+                    "evidence": {
+                        "stage": "getitem",
+                        "frame": {"contains": "__getitem__"},
+                        "syscall": "read",
+                        **NAMED_IN_TIME,
+                    }
+                }
+            },
+        },
+    },
+    {
         "name": "worker_hang/healthy",
         "script": "worker_hang",
         "args": ["--healthy", "--seconds", "4"],

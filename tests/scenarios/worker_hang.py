@@ -1,13 +1,19 @@
-"""worker_hang: __getitem__ waits on an event that is never set (a lost message, a
-reader with no writer). The worker sleeps forever; no batch comes.
-Healthy twin (`--healthy`): the event is set before the loader starts.
+"""worker_hang: __getitem__ waits for something that never comes. The worker sleeps forever;
+no batch comes.
+
+`--on event` (default): an Event that is never set (a lost message). `--on pipe`: a read of a
+pipe whose writer stays open and never writes (a reader with no data).
+Healthy twin (`--healthy`): the event is set / the pipe is filled before the loader starts.
 """
 
+import os
 import threading
 
 import torch
 from _common import consume, parser
 from torch.utils.data import DataLoader, Dataset
+
+SAMPLE_BYTES = 8
 
 
 class Waits(Dataset):
@@ -28,14 +34,39 @@ class Waits(Dataset):
         self.ready = _READY
 
 
+class FromPipe(Dataset):
+    """Each sample's bytes come from a pipe (forked workers inherit its read end)."""
+
+    def __init__(self, fd):
+        self.fd = fd
+
+    def __len__(self):
+        return 100_000
+
+    def __getitem__(self, i):
+        data = os.read(self.fd, SAMPLE_BYTES)
+        return torch.full((8,), float(i) + len(data))
+
+
 _READY = threading.Event()
 
 
 def main():
-    args = parser(__doc__).parse_args()
-    if args.healthy:
-        _READY.set()
-    loader = DataLoader(Waits(_READY), batch_size=4, num_workers=1)
+    ap = parser(__doc__)
+    ap.add_argument(
+        "--on", choices=("event", "pipe"), default="event", help="what __getitem__ waits for"
+    )
+    args = ap.parse_args()
+    if args.on == "pipe":
+        read_fd, write_fd = os.pipe()  # the write end stays open here: reads block, not EOF
+        if args.healthy:
+            os.write(write_fd, b"x" * 65536)  # one pipe buffer: thousands of samples
+        dataset = FromPipe(read_fd)
+    else:
+        if args.healthy:
+            _READY.set()
+        dataset = Waits(_READY)
+    loader = DataLoader(dataset, batch_size=4, num_workers=1)
     print("batches:", consume(loader, args.seconds))
 
 

@@ -13,4 +13,5 @@ NB_MODULE(_ext, m) {
   dldoctor::ext::register_analyze(m);
   dldoctor::ext::register_watchdog(m);
   dldoctor::ext::register_monitor(m);
+  dldoctor::ext::register_attach(m);
 }

@@ -22,9 +22,18 @@ std::optional<FetchCapacity> fetch_capacity(const LoaderView& l) noexcept {
 
 std::optional<Shortfall> shortfall(const LoaderView& l) noexcept {
   if (!stalled(l)) return std::nullopt;
-  auto cap = fetch_capacity(l);
-  if (!cap || !cap->short_of_demand()) return std::nullopt;
-  return Shortfall{*cap, busy_fraction(l)};
+  const bool serial = l.config.num_workers == 0;
+  if (auto cap = fetch_capacity(l)) {
+    if (!cap->short_of_demand()) return std::nullopt;
+    return Shortfall{*cap, busy_fraction(l), std::nullopt, serial};
+  }
+  // No batch was timed (attach): the stacks prove it or nothing does.
+  if (!l.stacks || !never_idle(*l.stacks)) return std::nullopt;
+  return Shortfall{std::nullopt, busy_fraction(l), l.stacks, serial};
+}
+
+bool never_idle(const StackShares& s) noexcept {
+  return s.fetch_samples >= kMinStackSamples && s.idle < kStackIdleShare;
 }
 
 std::vector<CpuBoundFetch> cpu_bound_fetches(const JobView& job, bool oversubscribed) {
@@ -32,10 +41,11 @@ std::vector<CpuBoundFetch> cpu_bound_fetches(const JobView& job, bool oversubscr
   for (const LoaderView& l : job.loaders) {
     auto s = shortfall(l);
     if (!s || (s->busy && *s->busy < kCpuBoundFraction)) continue;  // io_bound's
+    const int needed =
+        s->capacity ? workers_for(s->capacity->demand_bps, s->capacity->fetch_s)
+                    : workers_for_stall(l.fetch_processes(), l.data_stall_fraction.value_or(0));
     out.push_back({fetch_figures(job, l, *s), l.collate_share, l.config.custom_collate(),
-                   l.hot_functions, oversubscribed,
-                   workers_for(s->capacity.demand_bps, s->capacity.fetch_s),
-                   cpu_worker_ceiling(job, l)});
+                   l.hot_functions, oversubscribed, needed, cpu_worker_ceiling(job, l)});
   }
   return out;
 }
@@ -84,9 +94,27 @@ void add_fetch_evidence(report::Finding& f, const FetchFigures& x) {
   if (x.collate_p50_ms) f.add("collate_p50_ms", *x.collate_p50_ms);
   if (x.fetch_p50_ms) f.add("fetch_p50_ms", *x.fetch_p50_ms);
   if (x.samples_per_batch) f.add("samples_per_batch", *x.samples_per_batch);
-  f.add("worker_capacity_batches_per_s", s.capacity.capacity_bps);
-  f.add("consumer_demand_batches_per_s", s.capacity.demand_bps);
+  if (s.capacity) {
+    f.add("worker_capacity_batches_per_s", s.capacity->capacity_bps);
+    f.add("consumer_demand_batches_per_s", s.capacity->demand_bps);
+  } else {
+    // Attached without the hooks: no batch was timed, and nothing is guessed for it.
+    const std::string unknown = "unknown";
+    f.add("getitem_p50_ms", unknown);
+    f.add("worker_capacity_batches_per_s", unknown);
+    f.add("consumer_demand_batches_per_s", unknown);
+    f.add("consumer_batches_per_s", unknown);
+  }
   if (x.consumer_batches_per_s) f.add("consumer_batches_per_s", *x.consumer_batches_per_s);
+  if (const auto& st = s.stacks) {
+    f.add("stack_samples_main", double(st->main_samples));
+    f.add("stack_samples_fetch", double(st->fetch_samples));
+    f.add("stack_getitem_share", st->getitem);
+    f.add("stack_collate_share", st->collate);
+    f.add("stack_reading_share", st->reading);
+    f.add("stack_idle_share", st->idle);
+    if (st->failed_samples > 0) f.add("stack_samples_failed", double(st->failed_samples));
+  }
   if (s.busy)
     f.add("worker_on_cpu_fraction", x.on_cpu_fraction.value_or(*s.busy));
   else
@@ -126,6 +154,40 @@ std::optional<bool> cpu_contended(const JobView& job, const LoaderView& l) noexc
 int workers_for(double demand_bps, double fetch_s) noexcept {
   double n = std::ceil(demand_bps * fetch_s * kWorkerHeadroom - 1e-9);
   return int(std::clamp(n, 1.0, 1e6));
+}
+
+int workers_for_stall(int processes, double stall) noexcept {
+  // A stall near 1 says the consumer barely runs: the factor is then bounded, not infinite.
+  const double consumer_share = std::max(0.01, 1.0 - std::clamp(stall, 0.0, 1.0));
+  double n = std::ceil(std::max(1, processes) / consumer_share * kWorkerHeadroom - 1e-9);
+  return int(std::clamp(n, 1.0, 1e6));
+}
+
+std::string supply_text(const FetchFigures& x) {
+  const Shortfall& s = x.shortfall;
+  const int n = s.capacity ? s.capacity->fetch_processes : std::max(1, x.num_workers);
+  const std::string who = s.serial ? std::string("the main process") : count_of(n, "worker");
+  const bool one = s.serial || n == 1;
+  if (s.capacity)
+    return who + (one ? " supplies " : " supply ") + num(s.capacity->capacity_bps) +
+           " batches/s, the loop wants " + num(s.capacity->demand_bps);
+  const double busy = s.stacks ? 1.0 - s.stacks->idle : 1.0;
+  return who + (one ? " is" : " are") + " fetching in " + num(busy * 100) +
+         "% of the stack samples while the loop waits " + num(x.data_stall_fraction * 100) +
+         "% of the time";
+}
+
+std::string supply_of(int n, const FetchFigures& x) {
+  if (const auto& c = x.shortfall.capacity)
+    return std::to_string(n) + " workers at " + num(c->fetch_s * 1e3) + " ms per batch supply " +
+           num(n / c->fetch_s) + " batches/s, above the loop's " + num(c->demand_bps);
+  const int now = std::max(1, x.num_workers);
+  const double factor = 1.0 / std::max(0.01, 1.0 - x.data_stall_fraction);
+  const bool one = x.shortfall.serial || now == 1;
+  return "the loop waits " + num(x.data_stall_fraction * 100) + "% of the time, so it asks for " +
+         num(factor) + "x what " +
+         (x.shortfall.serial ? std::string("the main process") : count_of(now, "worker")) +
+         (one ? " supplies now" : " supply now");
 }
 
 std::string hot_functions_text(const std::vector<HotFunction>& hot, size_t n) {

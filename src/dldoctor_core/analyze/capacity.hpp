@@ -60,13 +60,32 @@ struct FetchCapacity {
 };
 std::optional<FetchCapacity> fetch_capacity(const LoaderView& l) noexcept;
 
+/// Without per-batch timing (attach), the fetching processes count as short of demand when
+/// they are idle, waiting for an index, in less than this share of their samples while the
+/// loop stalls: with the main process waiting, a worker that kept up would have finished its
+/// prefetched batches and wait for the next index. A fifth leaves room for the waits between
+/// epochs and for a share read off a few hundred samples; above it the workers had time to
+/// spare and the stall has another cause, which these rules do not claim.
+inline constexpr double kStackIdleShare = 0.2;
+
 /// A stalled loader whose workers cannot keep up, and how busy they are while fetching.
 struct Shortfall {
-  FetchCapacity capacity;
-  std::optional<double> busy;  ///< busy_fraction(); empty when CPU time was not measured
+  /// Capacity against demand from the per-batch timing; empty without it (attach), where
+  /// `stacks` proves the shortfall instead.
+  std::optional<FetchCapacity> capacity;
+  std::optional<double> busy;         ///< busy_fraction(); empty when CPU time was not measured
+  std::optional<StackShares> stacks;  ///< the stack samples' proof (attach)
+  /// num_workers=0: fetch and step never overlap.
+  bool serial = false;
 };
-/// Empty unless the loader stalls and its workers are short of the consumer's demand.
+/// Empty unless the loader stalls and its workers are short of the consumer's demand: by
+/// capacity against demand when batches were timed, else (attach) by the stacks: the
+/// fetching processes are almost never idle (kStackIdleShare) while the loop waits.
 std::optional<Shortfall> shortfall(const LoaderView& l) noexcept;
+
+/// The stacks show fetching processes that never wait for work: idle in less than
+/// kStackIdleShare of enough samples (kMinStackSamples).
+bool never_idle(const StackShares& s) noexcept;
 
 /// The figures every fetch finding shows (stall, per-sample and per-batch times, capacity
 /// against demand, on-CPU share, CPUs and workers), read from the view at detection.
@@ -95,7 +114,7 @@ struct CpuBoundFetch {
   bool custom_collate = false;             ///< the loader's own collate_fn
   std::vector<HotFunction> hot_functions;  ///< from sampled profiles, hottest first
   bool oversubscribed = false;             ///< too_many_workers is proven: cut the work per sample
-  int needed_workers = 1;                  ///< workers_for() the loop's demand
+  int needed_workers = 1;                  ///< workers_for[_stall]() the loop's demand
   std::optional<int> ceiling;              ///< cpu_worker_ceiling()
   /// Proven oversubscription is the first thing to fix (too_many_workers), so the slow fetch
   /// is then a partial cause; unmeasured CPU time lowers confidence the same way.
@@ -139,6 +158,21 @@ std::optional<bool> cpu_contended(const JobView& job, const LoaderView& l) noexc
 
 /// Workers needed to supply `demand_bps` at `fetch_s` per batch, with headroom.
 int workers_for(double demand_bps, double fetch_s) noexcept;
+
+/// Workers needed when only the stall is known (attach): processes that never idle supply
+/// the loop's pace, and the consumer's own share of the loop is 1 - stall, so it asks for
+/// 1 / (1 - stall) times what `processes` supply; with headroom.
+int workers_for_stall(int processes, double stall) noexcept;
+
+/// The workers' supply against the loop's demand in words: "1 worker supplies 3.1 batches/s,
+/// the loop wants 9.9", or, with the stacks only, "1 worker is busy in 98% of its samples
+/// while the loop waits 69% of the time".
+std::string supply_text(const FetchFigures& f);
+
+/// Why `n` workers would be enough, in the loader's own numbers: "3 workers at 120 ms per
+/// batch supply 25 batches/s, above the loop's 20", or, with the stacks only, "the loop
+/// waits 69% of the time, so it asks for 3.2x what 1 worker supplies now".
+std::string supply_of(int n, const FetchFigures& f);
 
 /// "name (file:line) 3.1 ms/call, 1240 ms in 400 calls; ..." for the hottest `n`.
 std::string hot_functions_text(const std::vector<HotFunction>& hot, size_t n = 3);

@@ -5,8 +5,10 @@ namespace dldoctor::analyze {
 
 namespace {
 bool judged(const LoaderView& l) noexcept {
-  return l.stepped_batches >= kMinSteadyBatches && l.data_stall_fraction &&
-         l.loop_s >= kMinJudgedLoopS;
+  if (!l.data_stall_fraction || l.loop_s < kMinJudgedLoopS) return false;
+  if (l.stepped_batches >= kMinSteadyBatches) return true;
+  // No batch timed (attached without the hooks): the consumer's stack samples instead.
+  return l.stepped_batches == 0 && l.stacks && l.stacks->main_samples >= kMinStackSamples;
 }
 }  // namespace
 

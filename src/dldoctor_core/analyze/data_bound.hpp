@@ -1,6 +1,7 @@
 // The first question of every analysis: is this loader data-bound at all? A loader is
-// judged only over enough batches and loop time, and it stalls the loop when the main
-// process waits for batches at least kDataStallFraction of it (DESIGN.md section 4).
+// judged only over enough batches (or, attached without hooks, stack samples) and loop time, and it
+// stalls the loop when the main process waits for batches at least kDataStallFraction of it
+// (DESIGN.md section 4).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,12 @@ inline constexpr int64_t kMinSteadyBatches = 5;
 /// transient (workers still filling their prefetch queues, a cold page cache), and a
 /// streaming verdict named from it would cry wolf.
 inline constexpr double kMinJudgedLoopS = 2.0;
+
+/// Samples of the consumer thread a window needs to be judged when no batch was timed
+/// (attach: the stall is the share of stack samples inside the loader). At 20 samples the
+/// share's standard error is at most 11 points, and the default 10 s window at 20 Hz takes
+/// 200; fewer come only from a window cut short, which says nothing.
+inline constexpr int64_t kMinStackSamples = 20;
 
 /// Enough batches to judge, and the loop waits on the loader at least kDataStallFraction.
 bool stalled(const LoaderView& l) noexcept;

@@ -90,6 +90,24 @@ struct WorkerPools {
   std::optional<int> torch_threads;  ///< torch.get_num_threads() seen in the worker
 };
 
+/// What sampled Python stacks showed of a loader when the job runs without the hooks
+/// (`dldoctor attach`): shares of the samples taken, no per-batch timing. The fetching
+/// processes are the workers, or the main process when num_workers=0.
+struct StackShares {
+  double window_s = 0;        ///< the stretch the samples cover
+  int64_t main_samples = 0;   ///< samples of the thread that iterates the loader
+  double main_in_loader = 0;  ///< of those, inside the loader's __next__: waiting for a batch
+  double main_collective = 0; ///< of those, inside a torch.distributed call (outside the loader)
+  int64_t fetch_samples = 0;  ///< samples of the fetching processes, all together
+  double getitem = 0;         ///< of fetch_samples: in the dataset under the fetcher
+  double collate = 0;         ///< in collate_fn
+  double reading = 0;         ///< in the dataset, blocked in a file, socket or pipe read
+  double idle = 0;            ///< a worker waiting for its next index (_worker_loop's get)
+  double sending = 0;         ///< a worker putting a batch on the result queue
+  double other = 0;           ///< anywhere else (startup, worker_init_fn ...)
+  int64_t failed_samples = 0; ///< samples that could not be read: counted, never guessed
+};
+
 /// One loader over one window.
 struct LoaderView {
   uint16_t loader = 0;
@@ -114,7 +132,9 @@ struct LoaderView {
   std::optional<double> getitem_p99_ms;   ///< per sample
   std::optional<double> collate_p50_ms;   ///< per batch
   std::optional<double> collate_share;    ///< collate time / fetch time
-  std::optional<double> on_cpu_fraction;  ///< fetching thread's CPU time / fetch time (events)
+  /// fetching thread's CPU time / fetch time (events); attached: the fetching processes' CPU
+  /// time over their time in the fetch (sampler CPU over the stacks' fetch share)
+  std::optional<double> on_cpu_fraction;
   std::optional<double> samples_per_batch;
   std::optional<double> batch_bytes_mean;
   std::vector<int> worker_pids;  ///< worker processes alive in the window
@@ -136,6 +156,8 @@ struct LoaderView {
   std::vector<WorkerMemory> worker_memory;         ///< workers alive in the window
   std::optional<DatasetNotes> dataset;
   std::vector<WorkerPools> worker_pools;  ///< workers with more than one thread
+  /// Without the hooks (attach): what the stacks showed; per-batch figures are then empty.
+  std::optional<StackShares> stacks;
 
   /// Processes fetching batches in parallel (the main process alone when num_workers=0).
   int fetch_processes() const noexcept { return config.num_workers > 0 ? config.num_workers : 1; }

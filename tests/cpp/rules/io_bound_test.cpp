@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
+#include "../attach_sim.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -89,6 +90,19 @@ TEST(AnalyzeIoBound, UnknownRunQueueWithMoreWorkersThanCpusIsAWarning) {
   const report::Finding* f = find(r->whole, "io_bound");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->severity, report::Severity::kWarning);
+}
+
+TEST(AnalyzeIoBound, StackProofOfWorkersWaitingOnReads) {
+  namespace a = attach_sim;
+  // On a CPU 5% of the time while fetching in every sample: they wait.
+  const auto fs = run_rules(a::job_of(a::stacked(0.9, 0, 0.1, 0, 0.9, 5)));
+  const report::Finding* f = find(fs, "io_bound");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->severity, report::Severity::kCritical);
+  EXPECT_NEAR(*num(*f, "stack_reading_share"), 0.9, 1e-9);
+  EXPECT_NE(f->title.find("fetching in 100% of the stack samples"), std::string::npos) << f->title;
+  // Idle a third of the time: the workers have capacity to spare, the stall is elsewhere.
+  EXPECT_EQ(find(run_rules(a::job_of(a::stacked(0.9, 0.3, 0.1, 0, 0.6, 5))), "io_bound"), nullptr);
 }
 
 }  // namespace

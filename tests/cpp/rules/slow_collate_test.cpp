@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
+#include "../attach_sim.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -31,6 +32,16 @@ TEST(AnalyzeSlowCollate, FlipsAtCollateShare) {
   EXPECT_EQ(Session::verdict(run(l, procs(l, 30.0, 95.0, 1.0), 8)->whole), "slow_getitem");
   l.collate_ms = 51;
   EXPECT_EQ(Session::verdict(run(l, procs(l, 30.0, 95.0, 1.0), 8)->whole), "slow_collate");
+}
+
+TEST(AnalyzeSlowCollate, StackProofSplitsByTheCollateShare) {
+  namespace a = attach_sim;
+  const auto fs = run_rules(a::job_of(a::stacked(0.7, 0.02, 0.38, 0.6)));
+  EXPECT_NE(find(fs, "slow_collate"), nullptr);
+  EXPECT_EQ(find(fs, "slow_getitem"), nullptr);
+  const auto other = run_rules(a::job_of(a::stacked(0.7, 0.02, 0.6, 0.38)));
+  EXPECT_EQ(find(other, "slow_collate"), nullptr);
+  EXPECT_NE(find(other, "slow_getitem"), nullptr);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "../analyze_sim.hpp"
+#include "../attach_sim.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -112,6 +113,41 @@ TEST(AnalyzeCapacity, HotStepSkipsWrappersAndSmallSteps) {
   EXPECT_NE(hot_step_advice("resize").find("training size"), std::string::npos);
   EXPECT_EQ(workers_for(50, 0.1), 6);
   EXPECT_EQ(workers_for(0.001, 0.1), 1);
+}
+
+// Attached without the hooks: no batch timed, the stacks prove the shortfall.
+
+TEST(AnalyzeSlowGetitem, StackProofFlipsAtTheIdleShare) {
+  namespace a = attach_sim;
+  auto below = a::job_of(a::stacked(0.7, kStackIdleShare - 0.01, 1 - kStackIdleShare + 0.01));
+  const auto e = slow_getitem::detect(below);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_FALSE(e[0].fetch.figures.shortfall.capacity);  // capacity and demand: unknown
+  EXPECT_EQ(e[0].fetch.severity(), report::Severity::kCritical);
+  auto at = a::job_of(a::stacked(0.7, kStackIdleShare, 1 - kStackIdleShare));
+  EXPECT_TRUE(slow_getitem::detect(at).empty());  // idle that often: time to spare
+}
+
+TEST(AnalyzeSlowGetitem, StackProofNeedsEnoughSamples) {
+  namespace a = attach_sim;
+  EXPECT_TRUE(slow_getitem::detect(a::job_of(a::stacked(0.7, 0, 1, 0, 0, 95, kMinStackSamples - 1)))
+                  .empty());
+  EXPECT_EQ(
+      slow_getitem::detect(a::job_of(a::stacked(0.7, 0, 1, 0, 0, 95, kMinStackSamples))).size(),
+      1u);
+}
+
+TEST(AnalyzeSlowGetitem, StackProofSizesWorkersFromTheStall) {
+  namespace a = attach_sim;
+  // The consumer runs half the loop: it asks for 2x what 1 worker supplies, 3 with headroom.
+  const auto fs = run_rules(a::job_of(a::stacked(0.5, 0, 1), 8));
+  const report::Finding* f = find(fs, "slow_getitem");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(*num(*f, "recommended_num_workers"), 3);
+  EXPECT_NE(f->fix.find("asks for 2x what 1 worker supplies now"), std::string::npos) << f->fix;
+  EXPECT_EQ(*text(*f, "consumer_demand_batches_per_s"), "unknown");
+  EXPECT_EQ(workers_for_stall(2, 0.75), 9);   // 2 / 0.25 x 1.1
+  EXPECT_EQ(workers_for_stall(0, 1.0), 110);  // bounded: the consumer's share is 1% at least
 }
 
 }  // namespace

@@ -21,7 +21,6 @@ std::vector<Evidence> detect(const JobView& job) {
     if (!s || !s->busy || *s->busy >= kCpuBoundFraction) continue;
     Evidence e;
     e.fetch = fetch_figures(job, l, *s);
-    const FetchCapacity& c = s->capacity;
     e.busy = *s->busy;
     e.on_cpu = l.on_cpu_fraction.value_or(e.busy);
 
@@ -44,7 +43,8 @@ std::vector<Evidence> detect(const JobView& job) {
     if (!e.io_pressure_pct) e.io_pressure_pct = job.facts.io_pressure_some_avg10;
 
     // Workers: enough to overlap the waits, bounded by the CPUs their compute share needs.
-    int want = workers_for(c.demand_bps, c.fetch_s);
+    int want = s->capacity ? workers_for(s->capacity->demand_bps, s->capacity->fetch_s)
+                           : workers_for_stall(l.fetch_processes(), e.fetch.data_stall_fraction);
     if (usable)
       want = std::min(
           want, std::max(1, int(std::floor(std::max(1.0, std::floor(*usable) - kMainProcessCores) /
@@ -59,6 +59,7 @@ std::vector<Evidence> detect(const JobView& job) {
     e.fits_in_ram = e.data_bytes && e.mem_available &&
                     double(*e.data_bytes) <= kCacheFitFraction * double(*e.mem_available);
     e.prefetch_factor = l.config.prefetch_factor.value_or(kDefaultPrefetchFactor);
+    if (s->stacks && !l.hot_functions.empty()) e.waiting_in = hot_functions_text(l.hot_functions);
     out.push_back(std::move(e));
   }
   return out;
@@ -76,11 +77,13 @@ report::Finding finding(const Evidence& e) {
                                           : "I/O (not local storage: a socket, a pipe, a lock "
                                             "or a sleep)";
   f.title = "Loader " + std::to_string(x.loader) + ": workers wait on " + waits_on + " for " +
-            num((1.0 - e.busy) * 100) + "% of each fetch and cannot keep up";
+            num((1.0 - e.busy) * 100) + "% of each fetch and cannot keep up" +
+            (x.shortfall.capacity ? std::string() : " (" + supply_text(x) + ")");
   add_fetch_evidence(f, x);
   if (reads) f.add("storage_read_mb_per_s", *reads / 1e6);
   if (rchar) f.add("all_read_mb_per_s", *rchar / 1e6);
   if (e.io_pressure_pct) f.add("io_pressure_some_pct", *e.io_pressure_pct);
+  if (!e.waiting_in.empty()) f.add("hot_functions", e.waiting_in);
   if (e.storage) {
     if (!e.storage->fs_type.empty()) f.add("data_fs_type", e.storage->fs_type);
     f.add("data_network_fs", e.network ? 1.0 : 0.0);

@@ -51,6 +51,8 @@ struct Evidence {
   std::optional<int64_t> mem_available;  ///< lowest seen, else at the start
   bool fits_in_ram = false;
   int prefetch_factor = kDefaultPrefetchFactor;
+  /// Attached (no hooks): where the sampled stacks of the fetch were, hottest first.
+  std::string waiting_in;
 };
 /// One per stalled loader whose workers mostly wait while fetching and cannot keep up.
 std::vector<Evidence> detect(const JobView& job);

@@ -35,15 +35,17 @@ std::vector<Evidence> detect(const JobView& job) {
 
 report::Finding finding(const Evidence& e) {
   const FetchFigures& x = e.fetch.figures;
-  const FetchCapacity& c = x.shortfall.capacity;
+  const std::optional<FetchCapacity>& c = x.shortfall.capacity;
   const std::optional<double>& busy = x.shortfall.busy;
   const double stall = x.data_stall_fraction;
   const double share = e.collate_share;
 
   report::Finding f = report::make_finding("slow_collate", x.loader, e.rank);
   f.title = "Loader " + std::to_string(x.loader) + ": collate_fn takes " + num(share * 100) +
-            "% of each fetch and the workers cannot keep up (" + num(c.capacity_bps) +
-            " batches/s, the loop wants " + num(c.demand_bps) + ")";
+            "% of each fetch and the workers cannot keep up (" +
+            (c ? num(c->capacity_bps) + " batches/s, the loop wants " + num(c->demand_bps)
+               : supply_text(x)) +
+            ")";
   add_fetch_evidence(f, x);
   f.add("collate_share", share);
 
@@ -52,9 +54,11 @@ report::Finding finding(const Evidence& e) {
     f.fix =
         "Set num_workers=" + std::to_string(*n) + " (now " + std::to_string(x.num_workers) + ")" +
         (*n == e.fetch.needed_workers
-             ? ": " + std::to_string(*n) + " workers supply " + num(*n / c.fetch_s) +
-                   " batches/s, above the loop's " + num(c.demand_bps) + "; then " +
-                   cheaper_collate_advice(e.fetch.custom_collate)
+             ? ": " +
+                   (c ? std::to_string(*n) + " workers supply " + num(*n / c->fetch_s) +
+                            " batches/s, above the loop's " + num(c->demand_bps)
+                      : supply_of(*n, x)) +
+                   "; then " + cheaper_collate_advice(e.fetch.custom_collate)
              : ", all the idle CPUs allow, and " + cheaper_collate_advice(e.fetch.custom_collate));
   } else {
     f.fix = no_cpu_for_more_workers(x) + cheaper_collate_advice(e.fetch.custom_collate);

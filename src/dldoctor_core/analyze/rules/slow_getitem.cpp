@@ -36,16 +36,13 @@ std::vector<Evidence> detect(const JobView& job) {
 
 report::Finding finding(const Evidence& e) {
   const FetchFigures& x = e.fetch.figures;
-  const FetchCapacity& c = x.shortfall.capacity;
+  const std::optional<FetchCapacity>& c = x.shortfall.capacity;
   const std::optional<double>& busy = x.shortfall.busy;
   const double stall = x.data_stall_fraction;
 
   report::Finding f = report::make_finding("slow_getitem", x.loader, e.rank);
   f.title = "Loader " + std::to_string(x.loader) + ": __getitem__ is too slow for the loop (" +
-            (c.serial ? std::string("the main process supplies ")
-                      : count_of(c.fetch_processes, "worker") +
-                            (c.fetch_processes == 1 ? " supplies " : " supply ")) +
-            num(c.capacity_bps) + " batches/s, the loop wants " + num(c.demand_bps) + ")";
+            supply_text(x) + ")";
   add_fetch_evidence(f, x);
   if (!e.fetch.hot_functions.empty())
     f.add("hot_functions", hot_functions_text(e.fetch.hot_functions));
@@ -57,10 +54,8 @@ report::Finding finding(const Evidence& e) {
     const int idle = *e.fetch.ceiling - x.num_workers;
     f.fix = "Set num_workers=" + std::to_string(*n) + now +
             (*n == needed
-                 ? ": " + std::to_string(*n) + " workers at " + num(c.fetch_s * 1e3) +
-                       " ms per batch supply " + num(*n / c.fetch_s) +
-                       " batches/s, above the loop's " + num(c.demand_bps) + ", and " +
-                       count_of(idle, "CPU") + (idle == 1 ? " is" : " are") + " idle."
+                 ? ": " + supply_of(*n, x) + ", and " + count_of(idle, "CPU") +
+                       (idle == 1 ? " is" : " are") + " idle."
                  : ", all the idle CPUs allow (" + std::to_string(needed) +
                        " would be needed), and " + cheaper_getitem_advice(e.fetch.hot_functions));
   } else {
@@ -71,7 +66,8 @@ report::Finding finding(const Evidence& e) {
           (busy ? "are busy on a CPU (running or queued for one) for " + num(*busy * 100) +
                       "% of each fetch"
                 : std::string("fetch without a break (their CPU time was not measured)")) +
-          ", " + num((1.0 - e.collate_share) * 100) +
+          (c ? std::string() : " and are almost never idle waiting for an index") + ", " +
+          num((1.0 - e.collate_share) * 100) +
           "% of it in __getitem__: the loader is limited by the CPU cost of preparing "
           "samples, so it speeds up only with more CPUs working on it or less work per "
           "sample.";
