@@ -100,6 +100,7 @@ void Session::ingest(const trace::Event& e) noexcept {
 void Session::ingest(const sample::Snapshot& s) {
   std::lock_guard<std::mutex> lock(mu_);
   procs_.ingest(s);
+  gpu_.ingest(s.t_ns, s.gpu, first_ns_ > 0 && s.t_ns >= first_ns_);
   latest_ns_ = std::max(latest_ns_, s.t_ns);
   for (const sample::ProcessSample& p : s.processes) {
     if (!p.smaps_fresh || !p.private_dirty_bytes) continue;
@@ -380,6 +381,7 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
   v.main_process = procs_.aggregate(main_pids, from, v.to_ns);
   v.machine = procs_.machine(from, v.to_ns);
   v.failures = failures_.view(from, v.to_ns);
+  v.gpu = gpu_.view(from, v.to_ns);
   for (WorkerDeath& d : v.failures.deaths)
     if (d.pid > 0 && !d.rss_peak_bytes) d.rss_peak_bytes = procs_.rss_max(d.pid);
   return v;
