@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace dldoctor::system {
@@ -84,7 +85,8 @@ Nvml::Nvml(const std::string& library) : library_(library) {
     const std::string text = why ? why : "";
     if (text.find("No such file") != std::string::npos ||
         text.find("cannot open shared object") != std::string::npos)
-      error_ = library + " not found (no NVIDIA driver on this machine)";
+      error_ = library + (library == kNvmlLibrary ? " not found (no NVIDIA driver on this machine)"
+                                                  : " not found");
     else
       error_ = library + " could not be loaded: " + text;
     return;
@@ -143,7 +145,10 @@ Nvml::~Nvml() {
 }
 
 const Nvml& Nvml::shared() {
-  static const Nvml* instance = new Nvml(kNvmlLibrary);  // never deleted: see the header
+  static const Nvml* instance = [] {  // never deleted: see the header
+    const char* env = std::getenv(kNvmlLibraryEnv);
+    return new Nvml(env && *env ? env : kNvmlLibrary);
+  }();
   return *instance;
 }
 

@@ -16,6 +16,9 @@ namespace dldoctor::system {
 /// The library dlopen looks for: the driver installs it (the unversioned .so comes with the
 /// CUDA toolkit's development files only).
 inline constexpr const char* kNvmlLibrary = "libnvidia-ml.so.1";
+/// Environment variable naming another library to open instead: a driver's library outside
+/// dlopen's search path, or the tests' stand-in (tests/cpp/support/fake_nvml.cpp).
+inline constexpr const char* kNvmlLibraryEnv = "DLDOCTOR_NVML_LIBRARY";
 
 /// One compute process on a device (nvmlProcessInfo_t).
 struct NvmlProcess {
@@ -47,9 +50,10 @@ class Nvml {
   Nvml(const Nvml&) = delete;
   Nvml& operator=(const Nvml&) = delete;
 
-  /// The process-wide instance of the driver's library, opened on the first call (nvmlInit
-  /// can take a second on a machine of many GPUs without persistence mode) and never closed:
-  /// a sampler thread may still read through it while the process exits.
+  /// The process-wide instance of the driver's library (or $DLDOCTOR_NVML_LIBRARY's), opened
+  /// on the first call (nvmlInit can take a second on a machine of many GPUs without
+  /// persistence mode) and never closed: a sampler thread may still read through it while
+  /// the process exits.
   static const Nvml& shared();
 
   bool ok() const noexcept { return ok_; }
