@@ -308,6 +308,10 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
                             ? double(m.waited_step_ns) / 1e9 / double(m.waited)
                             : *l.step_mean_s;
     }
+    if (m.batches > 0 && l.config.num_workers > 0) {
+      l.ready_batches_mean = double(m.ready_sum) / double(m.batches);
+      l.ready_batches_max = m.ready_max;
+    }
     l.worker_batches = ws.batches;
     if (ws.batches > 0) any_worker_batches = any_worker_batches || l.config.num_workers > 0;
     if (ws.timed > 0) {

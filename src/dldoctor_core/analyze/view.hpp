@@ -117,6 +117,10 @@ struct LoaderView {
   std::optional<double> on_cpu_fraction;  ///< fetching thread's CPU time / fetch time (events)
   std::optional<double> samples_per_batch;
   std::optional<double> batch_bytes_mean;
+  /// Batches finished by the workers and not yet taken by the consumer, at its hand-outs
+  /// (mean, most at once): with pin_memory, the pinned copies waiting (MainSums::ready_sum).
+  std::optional<double> ready_batches_mean;
+  std::optional<int64_t> ready_batches_max;
   std::vector<int> worker_pids;  ///< worker processes alive in the window
   /// Sampler figures of the processes that fetch: the workers, or the main process when
   /// num_workers=0.
