@@ -68,8 +68,14 @@ def test_snapshot_shape_and_first_pass_unknown():
     try:
         sampler = _ext.Sampler(proc.pid)
         snap = sampler.sample_once()
-        assert set(snap) == {"t_ns", "cost_ns", "seq", "machine", "processes"}
+        assert set(snap) == {"t_ns", "cost_ns", "seq", "machine", "gpu", "processes"}
         assert set(snap["machine"]) == MACHINE_KEYS
+        # GPUs are read only when asked for (the monitor does): off says so, no figure.
+        assert snap["gpu"] == {
+            "measured": False,
+            "not_measured": "GPU sampling is off",
+            "devices": [],
+        }
         p = root_of(snap, proc.pid)
         assert set(p) == PROCESS_KEYS
         assert p["comm"] == "sleep" and p["ppid"] == os.getpid()

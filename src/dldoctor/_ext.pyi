@@ -22,7 +22,7 @@ class Sampler:
     Samples a process tree from /proc on its own thread (never holding the GIL). Snapshots are dicts; unknown values are None.
     """
 
-    def __init__(self, root_pid: int, interval_s: float = 0.1, smaps_every: int = 10, threads: bool = False, capacity: int = 600, smaps_budget_pct: float = 0.05, total_budget_pct: float = 0.0) -> None: ...
+    def __init__(self, root_pid: int, interval_s: float = 0.1, smaps_every: int = 10, threads: bool = False, capacity: int = 600, smaps_budget_pct: float = 0.05, total_budget_pct: float = 0.0, gpus: bool = False) -> None: ...
 
     def add_root(self, pid: int) -> None:
         """Also sample pid and its descendants."""

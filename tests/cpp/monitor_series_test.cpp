@@ -32,10 +32,10 @@ std::vector<trace::Event> steady(int64_t from, int seconds, int per_s, int64_t w
   for (int i = 0; i < seconds * per_s; ++i) {
     const int64_t t = from + i * period;
     const int w = i % 2;
-    out.push_back(event(EventKind::kWorkerBatch, w ? kW1 : kW0, t - 90 * kMs, 0, w, i, 8,
-                        82 * kMs, 2 * kMs, 80 * kMs, 4096));
-    out.push_back(event(EventKind::kMainBatch, kMain, t, 0, w, i, 0, wait,
-                        i == 0 ? -1 : period - wait, -1));
+    out.push_back(event(EventKind::kWorkerBatch, w ? kW1 : kW0, t - 90 * kMs, 0, w, i, 8, 82 * kMs,
+                        2 * kMs, 80 * kMs, 4096));
+    out.push_back(
+        event(EventKind::kMainBatch, kMain, t, 0, w, i, 0, wait, i == 0 ? -1 : period - wait, -1));
   }
   return out;
 }
@@ -172,6 +172,81 @@ TEST(TraceStore, KeepsUpToTheCapAndCountsTheRest) {
   EXPECT_EQ(c.machine.size(), 1u);
   EXPECT_EQ(c.processes.size(), 4u);
   EXPECT_EQ(c.events.front().kind, EventKind::kWorkerBatch);
+}
+
+// --- the GPU part (synthetic passes in the shape sample/gpu_reader gives; no GPU here) -------
+
+sample::Snapshot gpu_pass(int64_t t, double util, std::optional<int64_t> job_bytes) {
+  sample::Snapshot s = pass(t, 50.0);
+  s.gpu.measured = true;
+  sample::GpuSample g;
+  g.index = 3;
+  g.utilization_pct = util;
+  g.memory_used_bytes = int64_t(20) << 30;
+  g.memory_total_bytes = int64_t(80) << 30;
+  g.tree_memory_bytes = job_bytes;
+  if (job_bytes && *job_bytes > 0) g.tree_pids = {kMain};
+  s.gpu.devices.push_back(g);
+  return s;
+}
+
+TEST(SeriesRecorder, GpuSeriesPerDeviceAndTheLiveLine) {
+  SeriesRecorder r;
+  r.start(kT0);
+  r.ingest(iter_start(kT0));
+  for (int i = 0; i < 20; ++i)  // 2 s at 10 Hz: 20% then 80%
+    r.ingest(gpu_pass(kT0 + i * 100 * kMs, i < 10 ? 20.0 : 80.0, int64_t(19) << 30));
+  const SeriesData d = r.data();
+  ASSERT_EQ(d.gpus.size(), 1u);
+  const GpuSeries& g = d.gpus[0];
+  EXPECT_EQ(g.index, 3);
+  EXPECT_TRUE(g.job);
+  EXPECT_EQ(g.memory_total_bytes, int64_t(80) << 30);
+  ASSERT_EQ(g.utilization_pct.size(), d.t_s.size());
+  EXPECT_NEAR(*g.utilization_pct[0], 20.0, 1e-9);  // points of 0.5 s: means of their passes
+  EXPECT_NEAR(*g.utilization_pct[3], 80.0, 1e-9);
+  EXPECT_NEAR(*g.job_memory_bytes[1], double(int64_t(19) << 30), 1);
+  EXPECT_TRUE(d.gpu_not_measured.empty());
+  LiveData now = r.live(kT0 + 2 * kS);
+  ASSERT_EQ(now.gpus.size(), 1u);
+  EXPECT_EQ(*now.gpus[0].utilization_pct, 80.0);
+  EXPECT_TRUE(now.gpus[0].job);
+}
+
+TEST(SeriesRecorder, NoGpuSeriesWithoutNvmlAndTheReasonKept) {
+  SeriesRecorder r;
+  r.start(kT0);
+  sample::Snapshot s = pass(kT0, 10.0);
+  s.gpu.not_measured = "libnvidia-ml.so.1 not found (no NVIDIA driver on this machine)";
+  r.ingest(s);
+  const SeriesData d = r.data();
+  EXPECT_TRUE(d.gpus.empty());
+  EXPECT_EQ(d.gpu_not_measured, s.gpu.not_measured);
+  EXPECT_EQ(r.live(kT0).gpu_not_measured, s.gpu.not_measured);
+  EXPECT_TRUE(r.live(kT0).gpus.empty());
+}
+
+TEST(SeriesRecorder, GpuPointsMergeWithTheRest) {
+  SeriesRecorder r;
+  r.start(kT0);
+  for (int i = 0; i < 2000; ++i) r.ingest(gpu_pass(kT0 + i * kS, 50.0, 0));
+  const SeriesData d = r.data();
+  ASSERT_EQ(d.gpus.size(), 1u);
+  EXPECT_EQ(d.gpus[0].utilization_pct.size(), d.t_s.size());
+  EXPECT_LE(d.t_s.size(), kMaxSeriesPoints);
+  EXPECT_FALSE(d.gpus[0].job);  // 0 bytes of the job on it: not the job's GPU
+  EXPECT_NEAR(*d.gpus[0].utilization_pct[d.t_s.size() / 2], 50.0, 1e-9);
+}
+
+TEST(TraceStore, KeepsGpuCountersWithinTheSameCap) {
+  TraceStore t(8);
+  for (int i = 0; i < 3; ++i) t.ingest(gpu_pass(kT0 + i * 100 * kMs, 40.0 + i, 512 << 20));
+  TraceContents c = t.contents();  // each pass: 1 machine + 4 processes + 1 GPU counter
+  ASSERT_EQ(c.gpus.size(), 1u);
+  EXPECT_EQ(c.gpus[0].index, 3);
+  EXPECT_EQ(*c.gpus[0].utilization_pct, 40.0);
+  EXPECT_EQ(*c.gpus[0].job_memory_bytes, 512 << 20);
+  EXPECT_EQ(c.dropped_counters, 12u);
 }
 
 }  // namespace

@@ -72,6 +72,17 @@ nb::dict series_to_dict(const monitor::SeriesData& d) {
   m["shm_total_bytes"] = opt(d.machine.shm_total_bytes);
   out["machine"] = m;
   out["processes_cut"] = d.processes_cut;
+  out["gpus"] = list_of(d.gpus, [](const monitor::GpuSeries& g) {
+    nb::dict x;
+    x["index"] = g.index;
+    x["job"] = g.job;
+    x["utilization_pct"] = opt_list(g.utilization_pct);
+    x["memory_used_bytes"] = opt_list(g.memory_used_bytes);
+    x["job_memory_bytes"] = opt_list(g.job_memory_bytes);
+    x["memory_total_bytes"] = opt(g.memory_total_bytes);
+    return x;
+  });
+  out["gpu_not_measured"] = d.gpu_not_measured;
   return out;
 }
 
@@ -111,6 +122,17 @@ nb::dict live_to_dict(const monitor::LiveData& d) {
   m["shm_total_bytes"] = opt(d.shm_total_bytes);
   m["mem_available_bytes"] = opt(d.mem_available_bytes);
   out["machine"] = m;
+  out["gpus"] = list_of(d.gpus, [](const monitor::LiveData::Gpu& g) {
+    nb::dict x;
+    x["index"] = g.index;
+    x["job"] = g.job;
+    x["utilization_pct"] = opt(g.utilization_pct);
+    x["memory_used_bytes"] = opt(g.memory_used_bytes);
+    x["memory_total_bytes"] = opt(g.memory_total_bytes);
+    x["job_memory_bytes"] = opt(g.job_memory_bytes);
+    return x;
+  });
+  out["gpu_not_measured"] = d.gpu_not_measured;
   return out;
 }
 
@@ -126,10 +148,16 @@ nb::dict trace_to_dict(const monitor::TraceContents& c) {
   for (const auto& p : c.processes) {
     procs.append(nb::make_tuple(p.t_ns, p.pid, std::string(1, p.state), opt(p.cpu_pct)));
   }
+  nb::list gpus;
+  for (const auto& g : c.gpus) {
+    gpus.append(nb::make_tuple(g.t_ns, g.index, opt(g.utilization_pct), opt(g.memory_used_bytes),
+                               opt(g.job_memory_bytes)));
+  }
   nb::dict out;
   out["events"] = events;
   out["machine"] = machine;
   out["processes"] = procs;
+  out["gpus"] = gpus;
   out["dropped_events"] = c.dropped_events;
   out["dropped_counters"] = c.dropped_counters;
   out["max_events"] = c.max_events;

@@ -4,9 +4,9 @@
 
 #include "dldoctor_core/common/error.hpp"
 #include "dldoctor_core/sample/sampler.hpp"
+#include "optional.hpp"
 #include "register.hpp"
 #include "sample_convert.hpp"
-#include "optional.hpp"
 
 namespace nb = nanobind;
 
@@ -44,9 +44,26 @@ nb::dict machine_to_dict(const sample::MachineSample& m) {
   return d;
 }
 
+nb::dict gpu_to_dict(const sample::GpuPass& g) {
+  nb::dict d;
+  d["measured"] = g.measured;
+  d["not_measured"] = g.not_measured;
+  d["devices"] = list_of(g.devices, [](const sample::GpuSample& x) {
+    nb::dict dev;
+    dev["index"] = x.index;
+    dev["utilization_pct"] = opt(x.utilization_pct);
+    dev["memory_used_bytes"] = opt(x.memory_used_bytes);
+    dev["memory_total_bytes"] = opt(x.memory_total_bytes);
+    dev["tree_memory_bytes"] = opt(x.tree_memory_bytes);
+    dev["tree_pids"] = list_of(x.tree_pids, [](int pid) { return nb::int_(pid); });
+    return dev;
+  });
+  return d;
+}
+
 sample::SamplerOptions make_options(double interval_s, int smaps_every, bool threads,
                                     size_t capacity, double smaps_budget_pct,
-                                    double total_budget_pct = 0) {
+                                    double total_budget_pct = 0, bool gpus = false) {
   if (!(interval_s > 0) || interval_s > 3600) {
     throw Error("sampler interval_s must be between 0 and 3600 seconds");
   }
@@ -57,6 +74,7 @@ sample::SamplerOptions make_options(double interval_s, int smaps_every, bool thr
   o.capacity = capacity;
   o.smaps_budget_pct = smaps_budget_pct;
   o.total_budget_pct = total_budget_pct;
+  o.gpus = gpus;
   return o;
 }
 
@@ -99,6 +117,7 @@ nb::dict snapshot_to_dict(const sample::Snapshot& s) {
   d["cost_ns"] = s.cost_ns;
   d["seq"] = s.seq;
   d["machine"] = machine_to_dict(s.machine);
+  d["gpu"] = gpu_to_dict(s.gpu);
   nb::list processes;
   for (const auto& p : s.processes) processes.append(process_to_dict(p));
   d["processes"] = processes;
@@ -113,15 +132,14 @@ void register_sample(nb::module_& m) {
       .def(
           "__init__",
           [](Sampler* self, int root_pid, double interval_s, int smaps_every, bool threads,
-             size_t capacity, double smaps_budget_pct, double total_budget_pct) {
+             size_t capacity, double smaps_budget_pct, double total_budget_pct, bool gpus) {
             new (self) Sampler(root_pid, make_options(interval_s, smaps_every, threads, capacity,
-                                                      smaps_budget_pct, total_budget_pct));
+                                                      smaps_budget_pct, total_budget_pct, gpus));
           },
           nb::arg("root_pid"), nb::arg("interval_s") = 0.1, nb::arg("smaps_every") = 10,
-          nb::arg("threads") = false, nb::arg("capacity") = 600,
-          nb::arg("smaps_budget_pct") = 0.05, nb::arg("total_budget_pct") = 0.0)
-      .def("add_root", &Sampler::add_root, nb::arg("pid"),
-           "Also sample pid and its descendants.")
+          nb::arg("threads") = false, nb::arg("capacity") = 600, nb::arg("smaps_budget_pct") = 0.05,
+          nb::arg("total_budget_pct") = 0.0, nb::arg("gpus") = false)
+      .def("add_root", &Sampler::add_root, nb::arg("pid"), "Also sample pid and its descendants.")
       .def("start", &Sampler::start, nb::call_guard<nb::gil_scoped_release>(),
            "Start the sampling thread (no-op when running).")
       .def("stop", &Sampler::stop, nb::call_guard<nb::gil_scoped_release>(),

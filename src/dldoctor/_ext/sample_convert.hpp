@@ -8,7 +8,8 @@
 
 namespace dldoctor::ext {
 
-/// {"t_ns", "cost_ns", "seq", "machine": {...}, "processes": [{...}, ...]}; call with the GIL.
+/// {"t_ns", "cost_ns", "seq", "machine": {...}, "gpu": {"measured", "not_measured", "devices":
+/// [...]}, "processes": [{...}, ...]}; call with the GIL.
 nanobind::dict snapshot_to_dict(const sample::Snapshot& snapshot);
 
 /// One process of a snapshot as a dict (the items of "processes").

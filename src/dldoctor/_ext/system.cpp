@@ -59,6 +59,26 @@ nb::dict to_dict(const system::LimitFacts& l) {
   return d;
 }
 
+nb::dict to_dict(const system::GpuFacts& g) {
+  nb::dict d;
+  d["measured"] = g.measured;
+  d["not_measured"] = g.not_measured;
+  d["driver_version"] = g.driver_version;
+  d["devices"] = list_of(g.devices, [](const system::GpuDevice& x) {
+    nb::dict dev;
+    dev["index"] = x.index;
+    dev["name"] = x.name;
+    dev["uuid"] = x.uuid;
+    dev["memory_total_bytes"] = opt(x.memory_total_bytes);
+    dev["memory_used_bytes"] = opt(x.memory_used_bytes);
+    dev["utilization_pct"] = opt(x.utilization_pct);
+    return dev;
+  });
+  d["device_errors"] =
+      list_of(g.device_errors, [](const std::string& e) { return nb::str(e.c_str()); });
+  return d;
+}
+
 }  // namespace
 
 nb::dict facts_to_dict(const system::Facts& f) {
@@ -77,6 +97,7 @@ nb::dict facts_to_dict(const system::Facts& f) {
   pressure["memory_some_avg10"] = opt(f.mem_pressure_some_avg10);
   d["pressure"] = pressure;
   d["cgroup_version"] = f.cgroup_version;
+  d["gpu"] = to_dict(f.gpu);
   return d;
 }
 

@@ -8,8 +8,10 @@
 
 namespace dldoctor::ext {
 
-/// {"cpu", "memory", "shm", "limits", "container", "pressure", "cgroup_version"}; call with
-/// the GIL.
+/// {"cpu", "memory", "shm", "limits", "container", "pressure", "cgroup_version", "gpu"}; call
+/// with the GIL. "gpu": {"measured", "not_measured", "driver_version", "devices": [{"index",
+/// "name", "uuid", "memory_total_bytes", "memory_used_bytes", "utilization_pct"}],
+/// "device_errors"}.
 nanobind::dict facts_to_dict(const system::Facts& facts);
 
 }  // namespace dldoctor::ext

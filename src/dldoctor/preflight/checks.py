@@ -440,7 +440,7 @@ def check_fd_limit(facts: dict) -> Check:
 
 def check_memlock(facts: dict, a: Assumptions) -> Check:
     soft = _get(facts, "limits", "memlock_soft")
-    devices = _get(facts, "cuda", "devices") or []
+    devices = _get(facts, "cuda", "devices") or _get(facts, "gpu", "devices") or []
     if soft is None:
         return Check("memlock", OK, None, "bytes", "locked memory unlimited (RLIMIT_MEMLOCK)")
     message = f"RLIMIT_MEMLOCK {human_bytes(soft)}"
@@ -513,6 +513,50 @@ def check_torch(facts: dict) -> Check:
     return Check(
         "torch", OK, t.get("version"), "", f"torch {t.get('version') or '(version unknown)'}"
     )
+
+
+def check_gpu(facts: dict) -> Check:
+    """The GPUs as NVIDIA's driver lists them (NVML, opened at run time): what `dldoctor run`
+    samples. torch's own view follows (check_cuda)."""
+    g = facts.get("gpu") or {}
+    if not g.get("measured"):
+        why = g.get("not_measured") or "NVML was not read"
+        return Check("gpu", UNKNOWN, None, "GPUs", f"GPU not measured: {why}")
+    devices = g.get("devices") or []
+    driver = f" (driver {g['driver_version']})" if g.get("driver_version") else ""
+    errors = g.get("device_errors") or []
+    if not devices:
+        extra = ": " + "; ".join(errors) if errors else ""
+        return Check("gpu", OK, 0, "GPUs", f"NVML{driver} lists no GPU{extra}")
+    parts, full = [], []
+    for d in devices:
+        total, used = d.get("memory_total_bytes"), d.get("memory_used_bytes")
+        text = f"GPU {d['index']} {d.get('name') or '?'}"
+        if total is not None:
+            text += f" {human_bytes(total)}"
+            if used is not None:
+                text += f", {human_bytes(used)} used"
+                if total - used < GPU_FREE_WARN_FRACTION * total:
+                    full.append(f"GPU {d['index']}")
+        if d.get("utilization_pct") is not None:
+            text += f", a kernel running {d['utilization_pct']}% of the time"
+        parts.append(text)
+    message = f"{len(devices)} GPU{'s' if len(devices) != 1 else ''} through NVML{driver}: " + (
+        "; ".join(parts)
+    )
+    if errors:
+        message += "; not readable: " + "; ".join(errors)
+    if full:
+        return Check(
+            "gpu",
+            WARN,
+            len(devices),
+            "GPUs",
+            message + f": {', '.join(full)} almost full before training starts",
+            "find the process holding it (nvidia-smi) or pick another device "
+            "(CUDA_VISIBLE_DEVICES)",
+        )
+    return Check("gpu", OK, len(devices), "GPUs", message)
 
 
 def check_cuda(facts: dict) -> Check:
@@ -693,6 +737,7 @@ def run_checks(facts: dict, a: Assumptions) -> list[Check]:
         check_fd_limit(facts),
         check_memlock(facts, a),
         check_pressure(facts),
+        check_gpu(facts),
         check_torch(facts),
         check_cuda(facts),
     ]

@@ -1,7 +1,8 @@
 """The Chrome trace event format (JSON) of a run, for Perfetto (ui.perfetto.dev) and
 chrome://tracing: a track per worker with its fetch / getitem / collate spans, a track per
 loader in the main process with its wait and step spans, and counter tracks (shm used,
-available memory, CPU). Rendered from the events and counters the monitor recorded.
+available memory, CPU; per GPU the share of time a kernel ran and its memory, from NVML).
+Rendered from the events and counters the monitor recorded.
 
 Every timestamp is CLOCK_MONOTONIC (the one clock all the job's processes share), in
 microseconds as the format wants; durations come from the same records, so spans of one
@@ -38,6 +39,7 @@ SAMPLED_NOTE = " (a sample: see stands_for)"
 
 # Synthetic ids: above any Linux pid (pid_max <= 2**22), so they never meet a real one.
 MACHINE_PID = 1 << 30
+GPU_PID = (1 << 30) + 1  # the GPUs' counter tracks (NVML)
 MAIN_LOOP_TID = 1 << 24  # + loader id: the main process's wait/step track of a loader
 MAIN_FETCH_TID = 2 << 24  # + loader id: fetches in the main process (num_workers=0)
 # A trace this large takes seconds to write (~15 s for a million records): show progress.
@@ -127,6 +129,9 @@ def _stream(trace: dict, report=None, on_records=None):
             names[track] += SAMPLED_NOTE
     if trace.get("machine"):
         names[(MACHINE_PID, None)] = "machine"
+    if trace.get("gpus"):
+        names[(GPU_PID, None)] = "GPUs (NVML)"
+        sort_index[GPU_PID] = 1
 
     dropped = int(trace.get("dropped_events") or 0)
     other = {
@@ -348,6 +353,32 @@ def _counters(trace: dict, worker_of_pid: dict, main_pids: set):
                     "pid": MACHINE_PID,
                     "ts": ts,
                     "args": {"busy": round(cpu_busy, 2)},
+                }
+            )
+    # NVML's utilization is the share of time a kernel was running, not how busy the GPU was.
+    for t, index, util, used, job in sorted(trace.get("gpus") or [], key=lambda g: (g[0], g[1])):
+        ts = _us(t)
+        if util is not None:
+            yield (
+                {
+                    "name": f"GPU {index}: kernel running (% of time)",
+                    "ph": "C",
+                    "pid": GPU_PID,
+                    "ts": ts,
+                    "args": {"utilization": round(util, 1)},
+                }
+            )
+        if used is not None:
+            args = {"used": round(used / 2**20, 1)}
+            if job is not None:
+                args["job"] = round(job / 2**20, 1)
+            yield (
+                {
+                    "name": f"GPU {index}: memory (MiB)",
+                    "ph": "C",
+                    "pid": GPU_PID,
+                    "ts": ts,
+                    "args": args,
                 }
             )
     # Per-process CPU on the process's own track: only those the events named.

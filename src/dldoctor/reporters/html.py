@@ -1,7 +1,7 @@
 """The HTML report: one self-contained file (plotly.js inlined, nothing fetched) with the
 verdict, each finding as Diagnosis / Evidence / Fix / Why, the per-loader table, the run
-over time (batches/s, data stall, per-worker CPU, state and run-queue delay, shm, memory,
-storage reads), the per-worker distribution of getitem and collate times, and after a hang
+over time (batches/s, data stall, the GPU beside it, per-worker CPU, state and run-queue
+delay, shm, memory, GPU memory, storage reads), the per-worker distribution of getitem and collate times, and after a hang
 the stuck processes' stacks. Rendered from a Report alone, so `dldoctor report F.json
 --html F` gives the same page later.
 
@@ -115,6 +115,10 @@ def _header(report) -> str:
         facts.append(f"{sysinfo['mem_total_bytes'] / 2**30:.1f} GiB RAM")
     if sysinfo.get("shm_total_bytes"):
         facts.append(f"/dev/shm {sysinfo['shm_total_bytes'] / 2**30:.2f} GiB")
+    gpus = ((sysinfo.get("facts") or {}).get("gpu") or {}).get("devices") or []
+    if gpus:
+        names = sorted({g.get("name") or "?" for g in gpus})
+        facts.append(f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} ({', '.join(names)})")
     if facts:
         sub.append(", ".join(facts))
     healthy_text = " — the DataLoader keeps up with the consumer" if v == "healthy" else ""
@@ -317,6 +321,9 @@ def _charts(report, go) -> list[tuple[str, list]]:
                 "Below ~5% the loader keeps up; the training step is the limit.",
             )
         )
+    gpu_chart = _gpu_chart(go, t, s.get("gpus") or [], stalls, line)
+    if gpu_chart:
+        loop.append(gpu_chart)
     if loop:
         sections.append(("The training loop", loop))
 
@@ -445,6 +452,48 @@ def _charts(report, go) -> list[tuple[str, list]]:
         fig.add_trace(go.Scatter(x=t, y=[_gib(v) for v in mem], name="available", **line))
         _layout(fig, "Available memory (MemAvailable)", "GiB")
         machine.append(("chart-mem", "memory", fig, None))
+    gpu_mem = [g for g in s.get("gpus") or [] if _has(g.get("memory_used_bytes"))]
+    if gpu_mem:
+        fig = go.Figure()
+        for g in gpu_mem:
+            fig.add_trace(
+                go.Scatter(
+                    x=t,
+                    y=[_gib(v) for v in g["memory_used_bytes"]],
+                    name=f"GPU {g['index']}: used",
+                    **line,
+                )
+            )
+            if g.get("job") and _has(g.get("job_memory_bytes")):
+                fig.add_trace(
+                    go.Scatter(
+                        x=t,
+                        y=[_gib(v) for v in g["job_memory_bytes"]],
+                        name=f"GPU {g['index']}: the job's processes",
+                        mode="lines",
+                        line={"width": 1.2, "dash": "dot"},
+                    )
+                )
+            if g.get("memory_total_bytes"):
+                fig.add_trace(
+                    go.Scatter(
+                        x=[t[0], t[-1]],
+                        y=[_gib(g["memory_total_bytes"])] * 2,
+                        name=f"GPU {g['index']}: size",
+                        mode="lines",
+                        line={"dash": "dash", "color": "#c62828"},
+                    )
+                )
+        _layout(fig, "GPU memory (NVML): used against the device's size", "GiB")
+        machine.append(
+            (
+                "chart-gpu-memory",
+                "gpu memory",
+                fig,
+                "NVML's figure: the device's memory in use, the CUDA context and torch's cached "
+                "blocks included (more than torch.cuda.memory_allocated).",
+            )
+        )
     reads = m.get("read_mb_per_s")
     if _has(reads):
         fig = go.Figure()
@@ -470,6 +519,49 @@ def _charts(report, go) -> list[tuple[str, list]]:
     if machine:
         sections.append(("The machine", machine))
     return sections
+
+
+def _gpu_chart(go, t, gpus: list, stalls: list, line: dict):
+    """The job's GPUs' utilization beside the loaders' data stall, on one 0-100 % axis."""
+    gpus = [g for g in gpus if _has(g.get("utilization_pct"))]
+    if not gpus:
+        return None
+    fig = go.Figure()
+    for g in sorted(gpus, key=lambda g: not g.get("job")):
+        own = bool(g.get("job"))
+        fig.add_trace(
+            go.Scatter(
+                x=t,
+                y=g["utilization_pct"],
+                name=f"GPU {g['index']}: a kernel running" + ("" if own else " (not the job's)"),
+                mode="lines",
+                line={"width": 1.8 if own else 1.0, "dash": "solid" if own else "dot"},
+            )
+        )
+    for ld in stalls:
+        fig.add_trace(
+            go.Scatter(
+                x=t,
+                y=ld["data_stall_pct"],
+                name=f"loader {ld['loader']}: data stall",
+                mode="lines",
+                line={"width": 1.2, "dash": "dash"},
+            )
+        )
+    _layout(
+        fig,
+        "GPU beside the data stall: time a kernel ran, time the loop waited for batches",
+        "%",
+        yaxis_range=[0, 100],
+    )
+    return (
+        "chart-gpu",
+        "gpu",
+        fig,
+        "NVML's utilization is the share of time at least one kernel was running on the GPU, "
+        "not how busy it was: a small kernel running all the time reads 100%. A GPU that "
+        "idles while the data stall is high is starved by the input pipeline.",
+    )
 
 
 def _state_heatmap(go, t, procs):
@@ -530,6 +622,9 @@ def _missing_series(report) -> list[str]:
             out.append(label)
     if not any(_has(p.get("runq_delay_pct")) for p in s.get("processes") or []):
         out.append("run-queue delay (/proc/<pid>/schedstat)")
+    if not any(_has(g.get("utilization_pct")) for g in s.get("gpus") or []):
+        why = s.get("gpu_not_measured")
+        out.append(f"GPU ({why})" if why else "GPU utilization")
     return out
 
 

@@ -1,6 +1,8 @@
 """The live view of `dldoctor run --live`: a terminal panel redrawn about twice a second,
 like `top` for the loader: per loader batches/s and data stall, per worker CPU, state and
-recent getitem time, shm and memory bars, and the verdict as it stands.
+recent getitem time, shm and memory bars, a line per GPU (the share of time a kernel ran,
+its memory and the job's, from NVML; or why the GPU is not measured), and the verdict as it
+stands.
 
 The one reporter that reads a live process: the monitor's current figures (C++, a copy
 under a short lock), never the job itself. The job's own output goes through a
@@ -290,12 +292,36 @@ class LiveView:
         busy = m.get("cpu_busy_pct")
         cpu = _bar(None if busy is None else busy / 100, style="cyan")
         cpu.append(f" {_pct(busy)}")
+        rows = [("/dev/shm", shm), ("memory used", mem), ("machine CPU", cpu)]
+        rows += _gpu_rows(fig)
         return Group(
-            *(
-                Text(f" {label:12s} ", style="bold", no_wrap=True) + bar
-                for label, bar in (("/dev/shm", shm), ("memory used", mem), ("machine CPU", cpu))
-            )
+            *(Text(f" {label:12s} ", style="bold", no_wrap=True) + bar for label, bar in rows)
         )
+
+
+def _gpu_rows(fig: dict) -> list[tuple[str, Text]]:
+    """A line per GPU: NVML's utilization (a kernel running, not how busy it is) and memory."""
+    gpus = fig.get("gpus") or []
+    if not gpus:
+        why = fig.get("gpu_not_measured")
+        return [("GPU", Text(f"not measured: {why}", style="dim"))] if why else []
+    rows = []
+    for g in gpus[:8]:  # a screenful; the HTML report has them all
+        util = g.get("utilization_pct")
+        bar = _bar(None if util is None else util / 100, style="green")
+        bar.append(f" {_pct(util)} kernel time")
+        used, total, job = (
+            g.get("memory_used_bytes"),
+            g.get("memory_total_bytes"),
+            g.get("job_memory_bytes"),
+        )
+        bar.append(f"  mem {_size(used)} of {_size(total)}")
+        if g.get("job"):
+            bar.append(f" (job {_size(job)})")
+        rows.append((f"GPU {g.get('index')}", bar))
+    if len(gpus) > 8:
+        rows.append(("", Text(f"... {len(gpus) - 8} more GPUs", style="dim")))
+    return rows
 
 
 # Plain text columns, not rich Tables: a table's layout costs ~5 ms a frame, lines ~0.5 ms,

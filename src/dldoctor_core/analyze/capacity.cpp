@@ -75,7 +75,8 @@ FetchFigures fetch_figures(const JobView& job, const LoaderView& l, const Shortf
           .run_queue_delay_pct = l.fetchers.runq_delay_pct,
           .usable_cpus = job.usable_cpus(),
           .total_workers = job.total_workers,
-          .configured_workers = configured};
+          .configured_workers = configured,
+          .gpu = gpu_idle(job)};
 }
 
 std::string no_cpu_for_more_workers(const FetchFigures& x) {
@@ -123,6 +124,7 @@ void add_fetch_evidence(report::Finding& f, const FetchFigures& x) {
   if (x.run_queue_delay_pct) f.add("run_queue_delay_pct", *x.run_queue_delay_pct);
   if (x.usable_cpus) f.add("usable_cpus", *x.usable_cpus);
   if (x.total_workers) f.add("total_workers", double(*x.total_workers));
+  add_gpu_idle_evidence(f, x.gpu, x.data_stall_fraction);
 }
 
 std::optional<double> busy_fraction(const LoaderView& l) noexcept {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dldoctor_core/analyze/data_bound.hpp"
+#include "dldoctor_core/analyze/gpu_idle.hpp"
 #include "dldoctor_core/analyze/text.hpp"
 #include "dldoctor_core/analyze/view.hpp"
 #include "dldoctor_core/report/finding.hpp"
@@ -103,6 +104,7 @@ struct FetchFigures {
   std::optional<double> usable_cpus;
   std::optional<int> total_workers;
   int configured_workers = 0;  ///< num_workers of every loader of the job, summed
+  GpuIdle gpu;                 ///< the job's GPUs over the same window as the stall
 };
 FetchFigures fetch_figures(const JobView& job, const LoaderView& l, const Shortfall& s);
 
@@ -142,7 +144,7 @@ std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) n
 /// process, so more workers would not help: ").
 std::string no_cpu_for_more_workers(const FetchFigures& f);
 
-/// Adds the figures every fetch finding shows, in their order.
+/// Adds the figures every fetch finding shows, in their order (the GPU's idle share last).
 void add_fetch_evidence(report::Finding& f, const FetchFigures& x);
 
 /// Share of the fetch the fetching process wants a CPU: on-CPU (thread CPU time / fetch

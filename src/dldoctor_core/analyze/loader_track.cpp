@@ -25,6 +25,7 @@ void LoaderTrack::on_iter_start(const trace::Event& e) noexcept {
   epochs_.push_back(ep);
   awaiting_first_batch_ = true;
   ++generation_;
+  done_in_iter_ = handed_in_iter_ = 0;  // an iterator's leftovers are dropped with it
   epoch_ordinal_ = int32_t(ep.ordinal);
 }
 
@@ -78,6 +79,7 @@ void LoaderTrack::on_worker_batch(const trace::Event& e) noexcept {
   if (e.pid) w.pid = int(e.pid);
   w.batches += n;
   if (e.index >= 0) done_.push(DoneBatch{e.index, t_end, generation_});
+  if (e.worker >= 0) ++done_in_iter_;
   if (!timed) return;
   WorkerBatchRecord rec{t_end, fetch, collate, e.count, e.index, e.worker, epoch_ordinal_};
   recent_batches_.push(rec);
@@ -144,6 +146,13 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
   if (e.v[2] >= 0) {
     s.pin_ns = n * e.v[2];
     s.pinned = n;
+  }
+  // Events reach the ring in the order they were written, so at this hand-out the workers'
+  // events of every batch they finished are in: the difference is what waits in the queues.
+  ++handed_in_iter_;
+  if (config_.num_workers > 0) {
+    s.ready_sum = std::max<int64_t>(0, done_in_iter_ - handed_in_iter_);
+    s.ready_max = s.ready_sum;
   }
   main_total_ += s;
   if (MainSums* b = main_recent_.at(t_out)) *b += s;

@@ -62,11 +62,17 @@ struct MainSums {
   /// in-order delivery held the loop behind a straggler (head-of-line blocking).
   int64_t hol_ns = 0;
   int64_t hol_batches = 0;  ///< stepped batches with some head-of-line wait
+  /// Batches the workers had finished and the consumer not yet taken, at each hand-out: the
+  /// queues between them (shared memory, the pin-memory thread's, the reorder buffer), all
+  /// pinned copies once the pin-memory thread has them. Summed, and the most at once.
+  int64_t ready_sum = 0;
+  int64_t ready_max = 0;
   MainSums& operator+=(const MainSums& o) noexcept {
     batches += o.batches; stepped += o.stepped; wait_ns += o.wait_ns; step_ns += o.step_ns;
     waited += o.waited; waited_step_ns += o.waited_step_ns;
     first_wait_ns += o.first_wait_ns; pin_ns += o.pin_ns; pinned += o.pinned;
     hol_ns += o.hol_ns; hol_batches += o.hol_batches;
+    ready_sum += o.ready_sum; ready_max = ready_max > o.ready_max ? ready_max : o.ready_max;
     return *this;
   }
 };
@@ -199,6 +205,8 @@ class LoaderTrack {
   };
   Ring<DoneBatch, kDoneBatches> done_;
   uint32_t generation_ = 0;  ///< one per iterator (batch indices restart)
+  int64_t done_in_iter_ = 0;    ///< worker batches finished since the iterator started
+  int64_t handed_in_iter_ = 0;  ///< batches handed to the consumer since then
   int32_t epoch_ordinal_ = 0;
   std::vector<WorkerBatchRecord> slowest_;
   std::optional<int64_t> first_main_ns_, last_main_ns_;

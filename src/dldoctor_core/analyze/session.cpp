@@ -101,6 +101,7 @@ void Session::ingest(const trace::Event& e) noexcept {
 void Session::ingest(const sample::Snapshot& s) {
   std::lock_guard<std::mutex> lock(mu_);
   procs_.ingest(s);
+  gpu_.ingest(s.t_ns, s.gpu, first_ns_ > 0 && s.t_ns >= first_ns_);
   latest_ns_ = std::max(latest_ns_, s.t_ns);
   for (const sample::ProcessSample& p : s.processes) {
     if (!p.smaps_fresh || !p.private_dirty_bytes) continue;
@@ -308,6 +309,10 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
                             ? double(m.waited_step_ns) / 1e9 / double(m.waited)
                             : *l.step_mean_s;
     }
+    if (m.batches > 0 && l.config.num_workers > 0) {
+      l.ready_batches_mean = double(m.ready_sum) / double(m.batches);
+      l.ready_batches_max = m.ready_max;
+    }
     l.worker_batches = ws.batches;
     if (ws.batches > 0) any_worker_batches = any_worker_batches || l.config.num_workers > 0;
     if (ws.timed > 0) {
@@ -381,6 +386,7 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
   v.main_process = procs_.aggregate(main_pids, from, v.to_ns);
   v.machine = procs_.machine(from, v.to_ns);
   v.failures = failures_.view(from, v.to_ns);
+  v.gpu = gpu_.view(from, v.to_ns);
   for (WorkerDeath& d : v.failures.deaths)
     if (d.pid > 0 && !d.rss_peak_bytes) d.rss_peak_bytes = procs_.rss_max(d.pid);
   return v;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dldoctor_core/analyze/failure_log.hpp"
+#include "dldoctor_core/analyze/gpu_track.hpp"
 #include "dldoctor_core/analyze/loader_track.hpp"
 #include "dldoctor_core/analyze/process_track.hpp"
 #include "dldoctor_core/analyze/view.hpp"
@@ -140,6 +141,7 @@ class Session {
   std::optional<system::StorageFacts> storage_;
   std::map<uint16_t, LoaderTrack> loaders_;
   ProcessTrack procs_;
+  GpuTrack gpu_;
   std::unordered_map<int, WorkerPid> worker_pids_;
   std::map<uint16_t, std::vector<HotFunction>> hot_;
   FailureLog failures_;

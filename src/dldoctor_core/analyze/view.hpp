@@ -137,6 +137,10 @@ struct LoaderView {
   std::optional<double> on_cpu_fraction;
   std::optional<double> samples_per_batch;
   std::optional<double> batch_bytes_mean;
+  /// Batches finished by the workers and not yet taken by the consumer, at its hand-outs
+  /// (mean, most at once): with pin_memory, the pinned copies waiting (MainSums::ready_sum).
+  std::optional<double> ready_batches_mean;
+  std::optional<int64_t> ready_batches_max;
   std::vector<int> worker_pids;  ///< worker processes alive in the window
   /// Sampler figures of the processes that fetch: the workers, or the main process when
   /// num_workers=0.
@@ -163,6 +167,24 @@ struct LoaderView {
   int fetch_processes() const noexcept { return config.num_workers > 0 ? config.num_workers : 1; }
 };
 
+/// One GPU over one window, as NVML saw it through the sampler (analyze/gpu_track).
+struct GpuDeviceView {
+  int index = 0;                           ///< NVML's index (nvidia-smi's)
+  int passes = 0;                          ///< passes that read its utilization
+  std::optional<double> utilization_pct;   ///< mean % of time a kernel was running on it
+  std::optional<int64_t> memory_used_max_bytes;
+  std::optional<int64_t> memory_total_bytes;
+  std::optional<int64_t> job_memory_max_bytes;  ///< the job's processes' memory on it, most seen
+  bool job = false;                        ///< a process of the job had a CUDA context on it
+};
+
+/// The GPUs over one window.
+struct GpuView {
+  bool measured = false;     ///< NVML answered in a pass of the window
+  std::string not_measured;  ///< why not, when !measured ("" before any pass)
+  std::vector<GpuDeviceView> devices;
+};
+
 /// The job over one window.
 struct JobView {
   bool whole_run = false;
@@ -178,6 +200,7 @@ struct JobView {
   MachineAgg machine;
   /// Deaths, error texts and runtime facts of the job (failure rules).
   FailureView failures;
+  GpuView gpu;  ///< NVML's view of the GPUs (analyze/gpu_idle says which are the job's)
 
   /// CPUs the workers may use: facts.cpu.usable, else the affinity count. Never the
   /// machine's CPU count: a cgroup quota or taskset makes that a lie.

@@ -46,6 +46,7 @@ void Monitor::start(int root_pid) {
   // leave of it: on a small tree a worker's memory is read every second or two, enough to
   // see copy-on-write growth within a short run.
   so.total_budget_pct = kSamplerBudgetPct;
+  so.gpus = true;  // "GPU not measured" when there is no driver: never an error
   sampler_ = std::make_unique<sample::Sampler>(root_pid, so);
   // The workers' memory is what the analysis reads (copy-on-write growth); a large main
   // process's smaps_rollup costs as much and says less.

@@ -49,6 +49,7 @@ void SeriesRecorder::compact_locked() {
   };
   for (auto& [id, l] : loaders_) halve(l.points);
   for (auto& [key, p] : procs_) halve(p.points);
+  for (auto& [index, g] : gpus_) halve(g.points);
   halve(machine_);
   points_ = (points_ + 1) / 2;
   width_ns_ *= 2;
@@ -174,6 +175,18 @@ void SeriesRecorder::ingest(const sample::Snapshot& s) {
   }
   m.read_bps.add(read_bps);
   m.rchar_bps.add(rchar_bps);
+  last_gpu_ = s.gpu;
+  gpu_measured_ = gpu_measured_ || s.gpu.measured;
+  for (const sample::GpuSample& g : s.gpu.devices) {
+    if (!gpus_.count(g.index) && gpus_.size() >= kMaxGpus) continue;
+    GpuRec& r = gpus_[g.index];
+    GpuPoint& pt = at(r.points, i);
+    pt.util.add(g.utilization_pct);
+    pt.used.add(as_double(g.memory_used_bytes));
+    pt.job.add(as_double(g.tree_memory_bytes));
+    if (g.memory_total_bytes) r.total = g.memory_total_bytes;
+    r.job = r.job || !g.tree_pids.empty();
+  }
 }
 
 SeriesData SeriesRecorder::data() const {
@@ -254,6 +267,21 @@ SeriesData SeriesRecorder::data() const {
     ms.rchar_mb_per_s.push_back(mb(pt.rchar_bps.get()));
   }
   ms.shm_total_bytes = last_machine_.shm_total_bytes;
+
+  for (const auto& [index, r] : gpus_) {
+    GpuSeries g;
+    g.index = index;
+    g.memory_total_bytes = r.total;
+    g.job = r.job;
+    for (size_t i = 0; i < n; ++i) {
+      const GpuPoint pt = i < r.points.size() ? r.points[i] : GpuPoint{};
+      g.utilization_pct.push_back(pt.util.get());
+      g.memory_used_bytes.push_back(pt.used.get());
+      g.job_memory_bytes.push_back(pt.job.get());
+    }
+    d.gpus.push_back(std::move(g));
+  }
+  if (!gpu_measured_) d.gpu_not_measured = last_gpu_.not_measured;
   return d;
 }
 
@@ -298,6 +326,17 @@ LiveData SeriesRecorder::live(int64_t now_ns) const {
   d.shm_used_bytes = last_machine_.shm_used_bytes;
   d.shm_total_bytes = last_machine_.shm_total_bytes;
   d.mem_available_bytes = last_machine_.mem_available_bytes;
+  for (const sample::GpuSample& g : last_gpu_.devices) {
+    LiveData::Gpu out;
+    out.index = g.index;
+    out.utilization_pct = g.utilization_pct;
+    out.memory_used_bytes = g.memory_used_bytes;
+    out.memory_total_bytes = g.memory_total_bytes;
+    out.job_memory_bytes = g.tree_memory_bytes;
+    out.job = !g.tree_pids.empty();
+    d.gpus.push_back(out);
+  }
+  if (!last_gpu_.measured) d.gpu_not_measured = last_gpu_.not_measured;
   return d;
 }
 

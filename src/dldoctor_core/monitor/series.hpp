@@ -71,6 +71,16 @@ struct MachineSeries {
   std::optional<int64_t> shm_total_bytes;
 };
 
+/// One GPU's series (NVML through the sampler).
+struct GpuSeries {
+  int index = 0;                                         ///< NVML's index (nvidia-smi's)
+  std::vector<std::optional<double>> utilization_pct;    ///< % of time a kernel was running
+  std::vector<std::optional<double>> memory_used_bytes;  ///< the whole device's
+  std::vector<std::optional<double>> job_memory_bytes;   ///< the job's processes' on it
+  std::optional<int64_t> memory_total_bytes;
+  bool job = false;  ///< a process of the job had a CUDA context on it
+};
+
 /// Everything recorded, ready to serialise.
 struct SeriesData {
   int64_t t0_ns = 0;     ///< CLOCK_MONOTONIC of point 0's start
@@ -80,6 +90,8 @@ struct SeriesData {
   std::vector<ProcessSeries> processes;
   MachineSeries machine;
   bool processes_cut = false;  ///< more processes than kMaxProcessSeries were seen
+  std::vector<GpuSeries> gpus;  ///< by NVML index; empty when not measured
+  std::string gpu_not_measured;  ///< why not ("" when NVML answered in some pass)
 };
 
 /// What the live view shows now.
@@ -110,6 +122,14 @@ struct LiveData {
   std::optional<int64_t> shm_used_bytes;
   std::optional<int64_t> shm_total_bytes;
   std::optional<int64_t> mem_available_bytes;
+  struct Gpu {
+    int index = 0;
+    std::optional<double> utilization_pct;
+    std::optional<int64_t> memory_used_bytes, memory_total_bytes, job_memory_bytes;
+    bool job = false;  ///< a process of the job is on it now
+  };
+  std::vector<Gpu> gpus;         ///< the newest pass's
+  std::string gpu_not_measured;  ///< why there are none ("" when measured)
 };
 
 /// Records a run's series from its events and sampler passes. Thread-safe (one mutex,
@@ -166,6 +186,18 @@ class SeriesRecorder {
       read_bps += o.read_bps, rchar_bps += o.rchar_bps;
       return *this;
     }
+  };
+  struct GpuPoint {
+    Mean util, used, job;
+    GpuPoint& operator+=(const GpuPoint& o) noexcept {
+      util += o.util, used += o.used, job += o.job;
+      return *this;
+    }
+  };
+  struct GpuRec {
+    std::vector<GpuPoint> points;
+    std::optional<int64_t> total;
+    bool job = false;
   };
   /// Sums per 250 ms slot over the last few seconds, for the live view.
   template <class S>
@@ -235,6 +267,10 @@ class SeriesRecorder {
   std::unordered_map<int, ProcKey> pid_key_;  // pids whose role an event told
   std::vector<MachinePoint> machine_;
   sample::MachineSample last_machine_;
+  std::map<int, GpuRec> gpus_;  // by NVML index
+  sample::GpuPass last_gpu_;
+  bool gpu_measured_ = false;
+  static constexpr size_t kMaxGpus = 64;
   uint64_t last_pass_ = 0;
 };
 

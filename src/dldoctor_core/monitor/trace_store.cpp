@@ -15,8 +15,9 @@ void TraceStore::ingest(const std::vector<trace::Event>& events) {
 
 void TraceStore::ingest(const sample::Snapshot& s) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (c_.machine.size() + c_.processes.size() + 1 + s.processes.size() > max_) {
-    c_.dropped_counters += 1 + s.processes.size();
+  const size_t n = 1 + s.processes.size() + s.gpu.devices.size();
+  if (c_.machine.size() + c_.processes.size() + c_.gpus.size() + n > max_) {
+    c_.dropped_counters += n;
     return;
   }
   MachineCounter m;
@@ -28,6 +29,10 @@ void TraceStore::ingest(const sample::Snapshot& s) {
   c_.machine.push_back(m);
   for (const sample::ProcessSample& ps : s.processes) {
     c_.processes.push_back(ProcessCounter{s.t_ns, ps.pid, ps.state, ps.cpu_pct});
+  }
+  for (const sample::GpuSample& g : s.gpu.devices) {
+    c_.gpus.push_back(
+        GpuCounter{s.t_ns, g.index, g.utilization_pct, g.memory_used_bytes, g.tree_memory_bytes});
   }
 }
 

@@ -34,11 +34,21 @@ struct ProcessCounter {
   std::optional<double> cpu_pct;
 };
 
+/// One GPU's figures at one sampler pass.
+struct GpuCounter {
+  int64_t t_ns = 0;
+  int index = 0;  ///< NVML's
+  std::optional<double> utilization_pct;
+  std::optional<int64_t> memory_used_bytes;
+  std::optional<int64_t> job_memory_bytes;
+};
+
 /// Everything kept, copied out.
 struct TraceContents {
   std::vector<trace::Event> events;  ///< in drain order (per writer, in time order)
   std::vector<MachineCounter> machine;
   std::vector<ProcessCounter> processes;
+  std::vector<GpuCounter> gpus;
   uint64_t dropped_events = 0;    ///< events past the cap
   uint64_t dropped_counters = 0;  ///< counter samples past the cap
   size_t max_events = 0;

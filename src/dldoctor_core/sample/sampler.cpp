@@ -15,6 +15,7 @@
 
 #include "dldoctor_core/common/clock.hpp"
 #include "dldoctor_core/common/error.hpp"
+#include "dldoctor_core/sample/gpu_reader.hpp"
 #include "dldoctor_core/sample/machine_reader.hpp"
 #include "dldoctor_core/sample/process_reader.hpp"
 #include "dldoctor_core/sample/process_tree.hpp"
@@ -66,6 +67,8 @@ struct Sampler::State {
   FdBudget budget;
   ProcessTree tree;
   MachineReader machine;
+  std::unique_ptr<GpuReader> gpu;  // made on the first pass with options.gpus: nvmlInit runs
+                                   // on the sampling thread, not in the constructor
   struct Tracked {
     std::unique_ptr<ProcessReader> reader;
     uint64_t seen = 0;
@@ -137,6 +140,15 @@ Snapshot Sampler::State::pass() {
   }
   for (auto it = tracked.begin(); it != tracked.end();) {
     it = it->second.seen == passes ? std::next(it) : tracked.erase(it);
+  }
+  if (options.gpus) {
+    if (!gpu) gpu = std::make_unique<GpuReader>(system::Nvml::shared());
+    std::vector<int> pids;
+    pids.reserve(snap.processes.size());
+    for (const ProcessSample& p : snap.processes) pids.push_back(p.pid);
+    snap.gpu = gpu->read(pids, slow);
+  } else {
+    snap.gpu.not_measured = "GPU sampling is off";
   }
   if (options.total_budget_pct > 0) {
     // The passes' own cost (without smaps_rollup), as a share of the interval: what the

@@ -36,6 +36,8 @@ struct SamplerOptions {
                                 ///< growth over samples needs, while a 64-worker tree stays
                                 ///< within the same total; 0: smaps_budget_pct alone
   bool threads = false;   ///< fill ProcessSample::threads
+  bool gpus = false;      ///< read the GPUs through NVML every pass (their process lists, to
+                          ///< find the tree's processes, every smaps_every-th pass)
   size_t capacity = 600;  ///< snapshots kept in the history ring (a minute at 10 Hz)
   int max_kept_fds = -1;  ///< /proc descriptors kept open between passes; -1: a quarter of
                           ///< the soft RLIMIT_NOFILE, at most 1024 (the rest are opened per read)

@@ -75,6 +75,26 @@ struct MachineSample {
   std::optional<int64_t> shm_total_bytes;
 };
 
+/// One GPU in one pass, as NVML reads it (sample/gpu_reader).
+struct GpuSample {
+  int index = 0;                          ///< NVML's index (nvidia-smi's)
+  std::optional<double> utilization_pct;  ///< % of NVML's last sample period (1/6 s to 1 s)
+                                          ///< a kernel ran: not how busy the GPU was
+  std::optional<int64_t> memory_used_bytes;
+  std::optional<int64_t> memory_total_bytes;
+  /// GPU memory of the tree's processes on this device (NVML's usedGpuMemory, summed); empty
+  /// when the process list could not be read (slow, as is tree_pids)
+  std::optional<int64_t> tree_memory_bytes;
+  std::vector<int> tree_pids;  ///< processes of the tree with a compute context on it
+};
+
+/// The GPUs in one pass.
+struct GpuPass {
+  bool measured = false;     ///< NVML answered (measured with no device: a machine without GPUs)
+  std::string not_measured;  ///< why not, when !measured ("GPU not measured: <this>")
+  std::vector<GpuSample> devices;
+};
+
 /// One pass over the tree.
 struct Snapshot {
   int64_t t_ns = 0;            ///< CLOCK_MONOTONIC at the pass
@@ -82,6 +102,7 @@ struct Snapshot {
   uint64_t seq = 0;            ///< pass number of the sampler that took it, from 1
   std::vector<ProcessSample> processes;  ///< the root first, then descendants
   MachineSample machine;
+  GpuPass gpu;  ///< SamplerOptions::gpus
 };
 
 }  // namespace dldoctor::sample

@@ -5,6 +5,7 @@
 #include "dldoctor_core/system/cgroup.hpp"
 #include "dldoctor_core/system/container.hpp"
 #include "dldoctor_core/system/cpu.hpp"
+#include "dldoctor_core/system/gpu.hpp"
 #include "dldoctor_core/system/limits.hpp"
 #include "dldoctor_core/system/memory.hpp"
 #include "dldoctor_core/system/pressure.hpp"
@@ -27,6 +28,10 @@ Facts collect(const CollectOptions& options) {
   f.cpu_pressure_some_avg10 = read_pressure(options.proc_root, "cpu");
   f.io_pressure_some_avg10 = read_pressure(options.proc_root, "io");
   f.mem_pressure_some_avg10 = read_pressure(options.proc_root, "memory");
+  if (options.gpus)
+    f.gpu = read_gpus(Nvml::shared());
+  else
+    f.gpu.not_measured = "not read (GPU listing turned off)";
   return f;
 }
 

@@ -14,6 +14,7 @@ struct CollectOptions {
   std::string proc_root = "/proc";
   std::string sys_root = "/sys";
   std::string root = "/";  ///< where /.dockerenv and /run/.containerenv are looked for
+  bool gpus = true;        ///< list the GPUs through NVML (false: gpu stays "not measured")
 };
 
 /// Facts about this process and its machine. Never throws for a missing source: that field is

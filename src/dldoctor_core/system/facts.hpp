@@ -65,6 +65,25 @@ struct StorageFacts {
   bool probe_cached = false;       ///< the probe could not bypass the page cache
 };
 
+/// One GPU as NVML lists it (system/gpu).
+struct GpuDevice {
+  int index = 0;  ///< NVML's index (nvidia-smi's), not torch's under CUDA_VISIBLE_DEVICES
+  std::string name;
+  std::string uuid;
+  std::optional<int64_t> memory_total_bytes;
+  std::optional<int64_t> memory_used_bytes;
+  std::optional<int> utilization_pct;  ///< a kernel ran this % of NVML's last sample period
+};
+
+/// The machine's GPUs through NVML, or why they were not measured.
+struct GpuFacts {
+  bool measured = false;      ///< NVML answered (then an empty `devices` means no GPU)
+  std::string not_measured;   ///< why not: no driver, a symbol missing, an NVML error
+  std::string driver_version;
+  std::vector<GpuDevice> devices;
+  std::vector<std::string> device_errors;  ///< devices NVML lists but could not open
+};
+
 /// Everything `dldoctor check` and the analyzer know about the machine.
 struct Facts {
   CpuFacts cpu;
@@ -77,6 +96,7 @@ struct Facts {
   std::optional<double> cpu_pressure_some_avg10;  ///< /proc/pressure/cpu
   std::optional<double> io_pressure_some_avg10;   ///< /proc/pressure/io
   std::optional<double> mem_pressure_some_avg10;  ///< /proc/pressure/memory
+  GpuFacts gpu;                                   ///< NVML
 };
 
 }  // namespace dldoctor::system

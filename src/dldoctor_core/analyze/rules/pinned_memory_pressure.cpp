@@ -32,31 +32,57 @@ report::Finding finding(const Unused& e) {
   return f;
 }
 
+std::optional<Pinned> pinned(const JobView& job, const Memory& m) {
+  Pinned p;
+  double measured = 0;
+  bool all_measured = true;
+  for (const LoaderView& l : job.loaders) {
+    if (!l.config.pin_memory()) continue;
+    ++p.loaders;
+    if (!p.largest || l.batch_bytes_mean.value_or(0) > p.largest->batch_bytes_mean.value_or(0))
+      p.largest = &l;
+    if (!l.batch_bytes_mean) {
+      all_measured = false;
+      continue;
+    }
+    const int queued =
+        l.config.num_workers > 0
+            ? l.config.num_workers * l.config.prefetch_factor.value_or(kDefaultPrefetchFactor)
+            : 0;
+    p.bytes_estimate =
+        p.bytes_estimate.value_or(0) + *l.batch_bytes_mean * double(queued + kPinnedHeldBatches);
+    // num_workers=0 pins in the main process, one batch at a time.
+    const int64_t ready = l.config.num_workers > 0 ? l.ready_batches_max.value_or(-1) : 0;
+    if (ready < 0) {
+      all_measured = false;
+      continue;
+    }
+    measured += *l.batch_bytes_mean * double(ready + kPinnedHeldBatches);
+    p.batches_in_flight = p.batches_in_flight.value_or(0) + ready + kPinnedHeldBatches;
+  }
+  if (p.loaders == 0) return std::nullopt;
+  if (all_measured && p.batches_in_flight) p.bytes_in_flight = measured;
+  const std::optional<int64_t> room = m.cgroup_limit ? m.cgroup_limit : m.total_bytes;
+  const std::optional<double> bytes = p.bytes_in_flight ? p.bytes_in_flight : p.bytes_estimate;
+  if (room && *room > 0 && bytes) p.share = *bytes / double(*room);
+  return p;
+}
+
 std::optional<Evidence> detect(const JobView& job) {
   const Memory m = memory_of(job);
   if (!m.short_of_memory()) return std::nullopt;
-  std::vector<const LoaderView*> pinned;
-  for (const LoaderView& l : job.loaders)
-    if (l.config.pin_memory()) pinned.push_back(&l);
-  if (pinned.empty()) return std::nullopt;  // ram_pressure's
-  const LoaderView& l = **std::max_element(
-      pinned.begin(), pinned.end(), [](const LoaderView* a, const LoaderView* b) {
-        return a->batch_bytes_mean.value_or(0) < b->batch_bytes_mean.value_or(0);
-      });
+  const std::optional<Pinned> p = pinned(job, m);
+  if (!p || !p->matters()) return std::nullopt;  // ram_pressure's
+  const LoaderView& l = *p->largest;
   Evidence e;
   e.rank = memory_rank(m, job);
   e.memory = m;
-  e.pinned_loaders = int(pinned.size());
-  e.loader = pinned.size() == 1 ? l.loader : -1;
-  for (const LoaderView* p : pinned) {
-    if (!p->batch_bytes_mean) continue;
-    const int queued =
-        p->config.num_workers > 0
-            ? p->config.num_workers * p->config.prefetch_factor.value_or(kDefaultPrefetchFactor)
-            : 0;
-    e.pinned_bytes =
-        e.pinned_bytes.value_or(0) + *p->batch_bytes_mean * double(queued + kPinnedHeldBatches);
-  }
+  e.pinned_loaders = p->loaders;
+  e.loader = p->loaders == 1 ? l.loader : -1;
+  e.pinned_bytes = p->bytes_estimate;
+  e.pinned_bytes_in_flight = p->bytes_in_flight;
+  e.pinned_batches_in_flight = p->batches_in_flight;
+  e.pinned_share = p->share;
   e.batch_bytes = l.batch_bytes_mean;
   e.num_workers = l.config.num_workers;
   e.prefetch_factor = l.config.prefetch_factor;
@@ -68,7 +94,11 @@ report::Finding finding(const Evidence& e) {
   add_memory_evidence(f, e.memory);
   f.title =
       "Memory is short (" + short_sentence(e.memory) + ") and pin_memory=True locks batches in RAM";
+  if (e.pinned_bytes_in_flight) f.add("pinned_bytes_in_flight", *e.pinned_bytes_in_flight);
+  if (e.pinned_batches_in_flight)
+    f.add("pinned_batches_in_flight", double(*e.pinned_batches_in_flight));
   if (e.pinned_bytes) f.add("pinned_bytes_estimate", *e.pinned_bytes);
+  if (e.pinned_share) f.add("pinned_share_of_memory", *e.pinned_share);
   if (e.batch_bytes) f.add("batch_bytes", *e.batch_bytes);
   f.add("num_workers", double(e.num_workers));
   if (e.prefetch_factor) f.add("prefetch_factor", double(*e.prefetch_factor));
@@ -82,11 +112,20 @@ report::Finding finding(const Evidence& e) {
           "resources.limits.memory).";
   f.why =
       "With pin_memory=True the main process copies every batch into page-locked "
-      "memory, which the kernel can neither swap nor reclaim; about " +
-      (e.pinned_bytes ? bytes_text(*e.pinned_bytes) : std::string("a batch per slot")) +
-      " stays pinned with the batches in flight. When memory is short the rest of the "
-      "job (page cache, the workers) is pushed out instead, and steps stall on swap "
-      "and reclaim.";
+      "memory, which the kernel can neither swap nor reclaim; " +
+      (e.pinned_bytes_in_flight
+           ? "up to " + bytes_text(*e.pinned_bytes_in_flight) + " (" +
+                 std::to_string(*e.pinned_batches_in_flight) +
+                 (*e.pinned_batches_in_flight == 1 ? " batch" : " batches") +
+                 " finished and not yet taken, the one in use included) was pinned at once"
+           : "about " +
+                 (e.pinned_bytes ? bytes_text(*e.pinned_bytes) : std::string("a batch per slot")) +
+                 " stays pinned with the batches in flight") +
+      (e.pinned_share ? ", " + num(*e.pinned_share * 100) + "% of the memory the job may use"
+                      : std::string()) +
+      ", and torch's caching host allocator keeps those blocks for reuse. When memory is "
+      "short the rest of the job (page cache, the workers) is pushed out instead, and steps "
+      "stall on swap and reclaim.";
   return f;
 }
 

@@ -1,15 +1,14 @@
 // Low memory reclaims the page cache the dataset reads from, then swaps, then kills.
 #include "dldoctor_core/analyze/rules/ram_pressure.hpp"
 
-#include <algorithm>
+#include "dldoctor_core/analyze/rules/pinned_memory_pressure.hpp"
 
 namespace dldoctor::analyze::ram_pressure {
 
 std::optional<Evidence> detect(const JobView& job) {
   const Memory m = memory_of(job);
   if (!m.short_of_memory()) return std::nullopt;
-  if (std::any_of(job.loaders.begin(), job.loaders.end(),
-                  [](const LoaderView& l) { return l.config.pin_memory(); }))
+  if (auto p = pinned_memory_pressure::pinned(job, m); p && p->matters())
     return std::nullopt;  // pinned_memory_pressure's
   return Evidence{memory_rank(m, job), m};
 }
