@@ -340,7 +340,8 @@ struct WorkerFigures {
 inline void pass(Session& s, int64_t t, const Loader& l, const WorkerFigures& w,
                  std::optional<double> main_runq = 2.0,
                  std::vector<std::pair<int, int64_t>> private_dirty = {},
-                 std::optional<int64_t> mem_available = std::nullopt) {
+                 std::optional<int64_t> mem_available = std::nullopt,
+                 std::vector<std::pair<int, int64_t>> rss = {}) {
   sample::Snapshot snap;
   snap.t_ns = t;
   snap.machine.mem_available_bytes = mem_available;
@@ -362,6 +363,8 @@ inline void pass(Session& s, int64_t t, const Loader& l, const WorkerFigures& w,
     p.runq_delay_pct = w.runq;
     p.involuntary_cs_per_s = w.ics;
     p.rss_bytes = int64_t(2048) * kMiB;
+    for (auto [pid, bytes] : rss)
+      if (pid == p.pid) p.rss_bytes = bytes;
     for (auto [pid, pd] : private_dirty)
       if (pid == p.pid) {
         p.smaps_fresh = true;

@@ -27,6 +27,21 @@ std::optional<double> slope(const std::vector<MemoryPoint>& pts) {
   return sxy / sxx;
 }
 
+/// The worker's private memory that it shared with the main process before. A copy-on-write
+/// turns a shared page private and leaves the RSS as it was; memory the worker allocates
+/// itself (a heap that grows with the batches it builds, the allocator's own caches) adds to
+/// both. Where every read has the RSS, its growth since the first read is taken off
+/// private_dirty, so only the copies are left.
+std::vector<MemoryPoint> copied_from_parent(const std::vector<MemoryPoint>& pts) {
+  std::vector<MemoryPoint> out = pts;
+  const bool all_rss =
+      std::all_of(pts.begin(), pts.end(), [](const MemoryPoint& p) { return bool(p.rss); });
+  if (pts.empty() || !all_rss) return out;
+  const int64_t rss0 = *pts.front().rss;
+  for (MemoryPoint& p : out) p.private_dirty -= std::max<int64_t>(0, *p.rss - rss0);
+  return out;
+}
+
 std::string mib(double bytes) { return num(bytes / kMiB) + " MiB"; }
 
 std::string attr_text(const DatasetAttr& a) {
@@ -42,13 +57,13 @@ std::optional<Growth> growth_of(const WorkerMemory& wm) {
   // A read before the worker's first batch is its start-up baseline: kept, since reads
   // are few (smaps_rollup of a large process costs milliseconds), and the growth and
   // slope thresholds are far above what a start-up adds.
-  const std::vector<MemoryPoint>& pts = wm.points;
-  if (pts.size() < kCowMinPoints) return std::nullopt;
+  if (wm.points.size() < kCowMinPoints) return std::nullopt;
+  const std::vector<MemoryPoint> pts = copied_from_parent(wm.points);
   Growth g;
   g.pid = wm.pid;
   g.worker = wm.worker;
-  g.first = double(pts.front().private_dirty);
-  g.last = double(pts.back().private_dirty);
+  g.first = double(wm.points.front().private_dirty);  // as read (the evidence's figures)
+  g.last = double(wm.points.back().private_dirty);
   g.samples_first = pts.front().samples;
   g.samples_last = pts.back().samples;
   g.rss = pts.back().rss;
@@ -57,7 +72,8 @@ std::optional<Growth> growth_of(const WorkerMemory& wm) {
   if (!s) return std::nullopt;
   g.slope = *s;
   if (g.samples_last - g.samples_first < kCowMinSamples) return std::nullopt;
-  if (g.last - g.first < kCowMinGrowthBytes || g.slope < kCowMinBytesPerSample) return std::nullopt;
+  const double copied = double(pts.back().private_dirty - pts.front().private_dirty);
+  if (copied < kCowMinGrowthBytes || g.slope < kCowMinBytesPerSample) return std::nullopt;
   // Still growing: the slope over the newer half of the reads (the last two at least).
   const double mid = double(g.samples_first + g.samples_last) / 2;
   auto late_begin = std::find_if(pts.begin(), pts.end(),
