@@ -205,6 +205,41 @@ def known_length(loader) -> int | None:
     return None
 
 
+def length_from_iterator(it) -> int | None:
+    """Samples per epoch as torch itself measured them when the iterator `it` started: once
+    its workers were handed their first indices, torch's BatchSampler generator holds the
+    sampler's iterator, whose state has the length torch asked the dataset for (a
+    SequentialSampler's range; a RandomSampler's local n). Only torch's own objects and
+    builtins are read (no user code runs); None for anything else."""
+    try:
+        from torch.utils import data as tud
+
+        loader_gen = getattr(it, "_sampler_iter", None)
+        if getattr(loader_gen, "gi_code", None) is not tud.BatchSampler.__iter__.__code__:
+            return None
+        frame = loader_gen.gi_frame
+        inner = frame.f_locals.get("sampler_iter") if frame is not None else None
+        sampler = frame.f_locals.get("self").sampler if frame is not None else None
+        if type(sampler) is tud.SequentialSampler and type(inner) is _RANGE_ITERATOR:
+            _, (r,), *_ = inner.__reduce__()  # (iter, (range(0, n),), position)
+            return len(r) if type(r) is range else None
+        if (
+            type(sampler) is tud.RandomSampler
+            and sampler._num_samples is None
+            and not sampler.replacement
+            and getattr(inner, "gi_code", None) is tud.RandomSampler.__iter__.__code__
+            and inner.gi_frame is not None
+        ):
+            n = inner.gi_frame.f_locals.get("n")
+            return n if type(n) is int else None
+    except Exception:
+        pass
+    return None
+
+
+_RANGE_ITERATOR = type(iter(range(0)))
+
+
 class SpawnBytes:
     """Counts the bytes multiprocessing writes to start each spawned/forkserver worker (the
     preparation data and the pickled Process with its arguments: the dataset, the loader's

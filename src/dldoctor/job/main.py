@@ -240,10 +240,14 @@ def _dataset_probe(st, loader):
         return None, None
 
 
-def _note_dataset(st, loader, rec, sent) -> None:
+def _note_dataset(st, it, loader, rec, sent) -> None:
     try:
+        from . import dataset_probe
+
         if sent is not None:
             rec.update(sent.figures())
+        if rec.get("length") is None:
+            rec["length"] = dataset_probe.length_from_iterator(it)
         note("dataset", loader=st.loader_id, **rec)
         batch_size = getattr(loader, "batch_size", None)
         if (
@@ -375,7 +379,7 @@ def make_multi_init(orig):
                 except Exception:
                     pass
             if rec is not None:
-                _note_dataset(st, loader, rec, sent)
+                _note_dataset(st, self, loader, rec, sent)
         try:
             pids = [w.pid for w in self._workers]
             for i, pid in enumerate(pids):
