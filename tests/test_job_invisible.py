@@ -77,7 +77,17 @@ JOB = textwrap.dedent(
             first = self.start + (info.id if info else 0)
             return iter(torch.tensor([i]) for i in range(first, self.end, step))
 
-    KINDS = {"map": Map, "items": MapItems, "iterable": Stream}
+    class Order(torch.utils.data.Sampler):  # the user's own sampler: its calls count too
+        def __init__(self):
+            self.n = N
+        def __len__(self):
+            log("sampler.__len__")
+            return self.n
+        def __iter__(self):
+            log("sampler.__iter__")
+            return iter(range(self.n - 1, -1, -1))
+
+    KINDS = {"map": Map, "items": MapItems, "iterable": Stream, "sampler": Map}
 
     def epoch_done():
         warnings.warn("an epoch ended (shown once per location)", UserWarning)
@@ -89,6 +99,7 @@ JOB = textwrap.dedent(
             loader = DataLoader(
                 KINDS[kind](), batch_size=BS, num_workers=1 if method == "spawn" else 2,
                 multiprocessing_context=method, persistent_workers=persistent == "p",
+                sampler=Order() if kind == "sampler" else None,
             )
             seen = []
             for _ in range(2):
@@ -109,7 +120,7 @@ SCENARIOS = [
     for method in ("fork", "spawn")
     for p in ("p", "n")
     if not (kind == "items" and method == "spawn")  # __getitems__: same path as map under fork
-]
+] + ["sampler-fork-n"]
 
 
 def _counts(log_path) -> collections.Counter:
@@ -152,6 +163,23 @@ def test_the_watched_run_was_watched(runs):
     spawned = {r["loader"] for r in side if r.get("type") == "dataset" and r.get("pickled_bytes")}
     # The bytes torch sent each spawned worker were counted (the dataset's state among them).
     assert len(spawned) == sum(1 for s in SCENARIOS if "-spawn-" in s)
+    # The samples per epoch, read from torch's own sampler state, not the dataset's __len__.
+    lengths = {}
+    for r in side:
+        if r.get("type") == "dataset":
+            lengths.setdefault(r["loader"], []).append(r.get("length"))
+    by_kind = {}
+    for r in side:
+        if r.get("type") == "iter_start" and r["loader"] in lengths:
+            kind = "sampler" if r["sampler"].endswith(".Order") else r["dataset"]
+            by_kind.setdefault(kind, set()).add(tuple(lengths[r["loader"]]))
+    assert by_kind == {
+        "__main__.Map": {(16,)},
+        "__main__.MapItems": {(16,)},
+        "__main__.Stream": {(None,)},
+        # The user's sampler is never asked its length: the first epoch's batches tell it.
+        "sampler": {(None, 16)},
+    }
 
 
 def test_the_job_calls_what_the_test_claims(runs):
