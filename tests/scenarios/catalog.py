@@ -487,6 +487,25 @@ SCENARIOS: list[dict] = [
             },
         },
     },
+    # Each worker lowers its own limit in worker_init_fn: the worker's limit is quoted.
+    {
+        "name": "fd_limit/worker",
+        "script": "fd_limit",
+        "args": ["--worker-nofile", "200", "--seconds", "10"],
+        "doctor_args": QUIET,
+        "expect": "fd_limit",
+        "checks": {
+            "returncode": 1,
+            "verdict": "fd_limit",
+            "findings": {
+                "fd_limit": {
+                    "title": {"contains": "RLIMIT_NOFILE 200"},
+                    "evidence": {"nofile_soft": 200, "job_started_nofile_soft": {">": 200}},
+                    "fix": {"contains": "Raise the limit where it is lowered"},
+                }
+            },
+        },
+    },
     # No loader timeout: the main process waits forever for the batch the worker dropped, and
     # the lost batch leads the hang it causes.
     {

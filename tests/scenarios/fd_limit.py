@@ -10,6 +10,7 @@ batch).
 `--in-child`: the job's own process keeps its limit and runs a healthy loader before and after;
 a child process it starts (as a test suite does) lowers its own limit and runs the failing
 loader. The limit quoted, and the fix, are the child's.
+`--worker-nofile N`: the job keeps its limit; each worker lowers its own in worker_init_fn.
 """
 
 import multiprocessing
@@ -33,15 +34,21 @@ def keep_apart(batch):
     return batch  # a list of samples, each a list of 16 tensors: 128 descriptors a batch
 
 
-def run(args) -> int:
+def lower_limit(nofile: int) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (args.nofile, hard))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
+
+
+def run(args) -> int:
+    if not args.worker_nofile:
+        lower_limit(args.nofile)
     loader = DataLoader(
         Parts(),
         batch_size=8,
         num_workers=2,
         collate_fn=None if args.healthy else keep_apart,
         timeout=args.timeout,
+        worker_init_fn=(lambda _: lower_limit(args.worker_nofile)) if args.worker_nofile else None,
     )
     return consume(loader, args.seconds)
 
@@ -55,6 +62,7 @@ def main():
     ap.add_argument("--nofile", type=int, default=256)
     ap.add_argument("--timeout", type=float, default=5.0)
     ap.add_argument("--in-child", action="store_true")
+    ap.add_argument("--worker-nofile", type=int, default=0)
     args = ap.parse_args()
     if not args.in_child:
         print("batches:", run(args))
