@@ -43,6 +43,7 @@ JOB = textwrap.dedent(
     class Counted:
         def __getstate__(self):
             log("__getstate__")
+            warnings.warn(f"{type(self).__name__} pickled (shown once per location)")
             # A common pattern (silencing a library's pickling warnings): it resets Python's
             # once-per-location warning registry, so a second pickling repeats warnings.
             with warnings.catch_warnings():
