@@ -482,6 +482,51 @@ SCENARIOS: list[dict] = [
             },
         },
     },
+    # A child process of the job (a test suite's) lowers its own limit and runs out: the
+    # limit quoted and the fix are that process's, not the job's own process's.
+    {
+        "name": "fd_limit/child",
+        "script": "fd_limit",
+        "args": ["--in-child", "--nofile", "200", "--seconds", "10"],
+        "doctor_args": QUIET,
+        "expect": "fd_limit",
+        "checks": {
+            "returncode": 1,
+            "verdict": "fd_limit",
+            "findings": {
+                "fd_limit": {
+                    "severity": "critical",
+                    "title": {"contains": "RLIMIT_NOFILE 200"},
+                    "evidence": {
+                        "error": {"contains": "Too many open files"},
+                        "nofile_soft": 200,
+                        "process_pid": {">": 0},
+                        "job_started_nofile_soft": {">": 200},
+                    },
+                    "fix": {"contains": ["Raise the limit where it is lowered", "ulimit -n"]},
+                }
+            },
+        },
+    },
+    # Each worker lowers its own limit in worker_init_fn: the worker's limit is quoted.
+    {
+        "name": "fd_limit/worker",
+        "script": "fd_limit",
+        "args": ["--worker-nofile", "200", "--seconds", "10"],
+        "doctor_args": QUIET,
+        "expect": "fd_limit",
+        "checks": {
+            "returncode": 1,
+            "verdict": "fd_limit",
+            "findings": {
+                "fd_limit": {
+                    "title": {"contains": "RLIMIT_NOFILE 200"},
+                    "evidence": {"nofile_soft": 200, "job_started_nofile_soft": {">": 200}},
+                    "fix": {"contains": "Raise the limit where it is lowered"},
+                }
+            },
+        },
+    },
     # No loader timeout: the main process waits forever for the batch the worker dropped, and
     # the lost batch leads the hang it causes.
     {

@@ -73,6 +73,7 @@ analyze::FailureNote failure_note_from_dict(nb::handle d) {
     x.nofile_unlimited = read<bool>(d, "nofile_unlimited", w).value_or(false);
     x.pin_memory_requested = read<bool>(d, "pin_memory_requested", w);
     x.accelerator = read<bool>(d, "accelerator", w);
+    x.process_only = read<bool>(d, "process_only", w).value_or(false);
     x.t_ns = t;
     return x;
   }

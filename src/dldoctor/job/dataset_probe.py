@@ -1,22 +1,24 @@
 """What a DataLoader's dataset holds, measured once in the main process when its first
 iterator is made: its large top-level attributes (Python containers of many objects are what
-forked workers copy as they read them) and, under spawn/forkserver, the size it pickles to
-(what every worker is sent at every start).
+forked workers copy as they read them), its samples per epoch, and under spawn/forkserver the
+bytes multiprocessing sends each worker it starts.
 
-Both are bounded in time and never raise; they read the dataset's attributes (vars()), never
-its properties, and pickle it the way multiprocessing would, without keeping the bytes.
+None of it calls into the user's objects: the attributes are read with vars() (never a
+property, never a user type's __len__), the samples per epoch come from what torch already
+holds (its samplers' and datasets' own fields) or from the batches of a finished epoch, and
+the bytes are counted as multiprocessing writes them while torch starts its workers (the
+dataset is never pickled a second time: a user's __getstate__ or __reduce__ runs exactly as
+often as without dldoctor).
 """
 
 from __future__ import annotations
 
-import copyreg
 import itertools
-import pickle
 import sys
+import threading
 import time
 
 ATTRS_BUDGET_S = 0.05  # the attribute walk stops here (and says it was cut)
-PICKLE_BUDGET_S = 0.2  # pickling stops here: the size is then a lower bound
 MIN_ELEMENTS = 1000  # smaller containers are not worth naming
 MIN_BYTES = 1 << 20  # nor are smaller arrays and strings
 SAMPLED_ELEMENTS = 32  # elements whose size is measured to estimate a container's
@@ -24,6 +26,7 @@ MAX_ATTRS = 16  # attributes reported, largest first
 MAX_VARS = 256  # attributes of one object looked at
 
 _CONTAINERS = (list, tuple, dict, set, frozenset)
+_ARRAY_MODULES = ("numpy", "torch")
 
 
 def _type_name(v) -> str:
@@ -71,10 +74,16 @@ def _container(name: str, v) -> dict | None:
     }
 
 
+def _array_type(t) -> bool:
+    """numpy's and torch's own array types (their attributes are theirs, not the user's)."""
+    return (t.__module__ or "").partition(".")[0] in _ARRAY_MODULES
+
+
 def _describe(name: str, v) -> dict | None:
-    if isinstance(v, _CONTAINERS):
+    t = type(v)
+    if t in _CONTAINERS:  # exact types: a user's subclass may define its own __len__
         return _container(name, v)
-    nbytes = getattr(v, "nbytes", None) if hasattr(v, "shape") else None
+    nbytes = getattr(v, "nbytes", None) if _array_type(t) and hasattr(v, "shape") else None
     if isinstance(nbytes, int):  # numpy arrays, torch tensors
         if nbytes < MIN_BYTES:
             return None
@@ -89,7 +98,7 @@ def _describe(name: str, v) -> dict | None:
             # A numpy array of dtype object holds Python objects: the same problem as a list.
             "python_objects": kind == "O",
         }
-    if isinstance(v, (str, bytes, bytearray)) and len(v) >= MIN_BYTES:
+    if t in (str, bytes, bytearray) and len(v) >= MIN_BYTES:
         return {
             "name": name,
             "type": type(v).__name__,
@@ -132,7 +141,7 @@ def dataset_attrs(ds, budget_s: float = ATTRS_BUDGET_S) -> tuple[list[dict], boo
                 out.append(a)
             elif depth == 0 and _is_dataset(v):
                 todo.append((prefix + name + ".", v, 1))
-            elif depth == 0 and isinstance(v, (list, tuple)) and 0 < len(v) <= 16:
+            elif depth == 0 and type(v) in (list, tuple) and 0 < len(v) <= 16:
                 for i, d in enumerate(v):
                     if _is_dataset(d):
                         todo.append((f"{prefix}{name}[{i}].", d, 1))
@@ -140,71 +149,170 @@ def dataset_attrs(ds, budget_s: float = ATTRS_BUDGET_S) -> tuple[list[dict], boo
     return out[:MAX_ATTRS], cut
 
 
-class _OverBudget(Exception):
-    pass
+def _builtin_len(v) -> int | None:
+    """len() of a builtin sequence or a numpy/torch array; None for anything else (a user's
+    type: its __len__ is never called)."""
+    t = type(v)
+    if t in (list, tuple, range):
+        return len(v)
+    if _array_type(t):
+        shape = getattr(v, "shape", None)
+        if shape is not None and len(shape) >= 1:
+            return int(shape[0])
+    return None
 
 
-def pickled_size(ds, budget_s: float = PICKLE_BUDGET_S) -> dict:
-    """Bytes `ds` pickles to (protocol 5; out-of-band buffers counted, tensors counted apart:
-    multiprocessing sends them through shared memory), cut at the time budget."""
-    t0 = time.monotonic()
-    deadline = t0 + budget_s
-    counts = [0, 0]  # pickled bytes, tensor bytes
+def _dataset_length(ds) -> int | None:
+    """The length of one of torch's own datasets, from the fields torch computed (None for
+    any other dataset, whose __len__ is the user's)."""
+    from torch.utils import data as tud
 
-    class _Sink:
-        def write(self, b):
-            counts[0] += b.nbytes if isinstance(b, memoryview) else len(b)
-            if time.monotonic() > deadline:
-                raise _OverBudget
+    t = type(ds)
+    if t is tud.TensorDataset:
+        return _builtin_len(ds.tensors[0]) if ds.tensors else None
+    if t is tud.ConcatDataset:
+        sizes = ds.cumulative_sizes
+        return int(sizes[-1]) if type(sizes) is list and sizes else None
+    if t is tud.Subset:
+        return _builtin_len(ds.indices)
+    return None
 
-    def _buffer(pb):
-        counts[0] += pb.raw().nbytes
-        return None  # out of band: counted, never copied
 
-    p = pickle.Pickler(_Sink(), protocol=5, buffer_callback=_buffer)
-    p.fast = True  # no memo: a dataset of millions of objects must not cost their memo
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        table = copyreg.dispatch_table.copy()
-
-        def _tensor(t):
-            try:
-                counts[1] += t.untyped_storage().nbytes()
-            except Exception:
-                pass
-            return (int, (0,))
-
-        table[torch.Tensor] = _tensor
-        table[torch.nn.Parameter] = _tensor
-        p.dispatch_table = table
-    complete = True
+def known_length(loader) -> int | None:
+    """Samples per epoch as torch already holds them: a torch sampler's own count (RandomSampler
+    with num_samples, WeightedRandomSampler, SubsetRandomSampler, DistributedSampler), or for
+    SequentialSampler and RandomSampler the length of one of torch's own datasets. None
+    otherwise: the user's dataset and sampler are never asked (a __len__ may list a bucket)."""
     try:
-        p.dump(ds)
-    except _OverBudget:
-        complete = False
-    except Exception as e:  # unpicklable, or recursive (no memo): say so, never raise
-        return {"pickle_error": f"{type(e).__name__}: {e}"[:200]}
-    return {
-        "pickled_bytes": counts[0],
-        "pickle_ms": round((time.monotonic() - t0) * 1e3, 2),
-        "pickle_complete": complete,
-        "shared_tensor_bytes": counts[1],
-    }
+        from torch.utils import data as tud
+
+        s = getattr(loader, "sampler", None)
+        t = type(s)
+        if t is tud.RandomSampler:
+            n = s._num_samples
+            if n is not None:
+                return int(n) if type(n) is int else None
+            return _dataset_length(s.data_source)
+        if t is tud.SequentialSampler:
+            return _dataset_length(s.data_source)
+        if t is tud.SubsetRandomSampler:
+            return _builtin_len(s.indices)
+        if t in (tud.WeightedRandomSampler, tud.DistributedSampler):
+            n = s.num_samples
+            return n if type(n) is int else None
+    except Exception:
+        pass
+    return None
 
 
-def dataset_record(loader, start_method: str | None) -> dict | None:
-    """The side-log record for a loader's dataset (None without one)."""
+def length_from_iterator(it) -> int | None:
+    """Samples per epoch as torch itself measured them when the iterator `it` started: once
+    its workers were handed their first indices, torch's BatchSampler generator holds the
+    sampler's iterator, whose state has the length torch asked the dataset for (a
+    SequentialSampler's range; a RandomSampler's local n). Only torch's own objects and
+    builtins are read (no user code runs); None for anything else."""
+    try:
+        from torch.utils import data as tud
+
+        loader_gen = getattr(it, "_sampler_iter", None)
+        if getattr(loader_gen, "gi_code", None) is not tud.BatchSampler.__iter__.__code__:
+            return None
+        frame = loader_gen.gi_frame
+        inner = frame.f_locals.get("sampler_iter") if frame is not None else None
+        sampler = frame.f_locals.get("self").sampler if frame is not None else None
+        if type(sampler) is tud.SequentialSampler and type(inner) is _RANGE_ITERATOR:
+            _, (r,), *_ = inner.__reduce__()  # (iter, (range(0, n),), position)
+            return len(r) if type(r) is range else None
+        if (
+            type(sampler) is tud.RandomSampler
+            and sampler._num_samples is None
+            and not sampler.replacement
+            and getattr(inner, "gi_code", None) is tud.RandomSampler.__iter__.__code__
+            and inner.gi_frame is not None
+        ):
+            n = inner.gi_frame.f_locals.get("n")
+            return n if type(n) is int else None
+    except Exception:
+        pass
+    return None
+
+
+_RANGE_ITERATOR = type(iter(range(0)))
+
+
+class SpawnBytes:
+    """Counts the bytes multiprocessing writes to start each spawned/forkserver worker (the
+    preparation data and the pickled Process with its arguments: the dataset, the loader's
+    functions), by wrapping multiprocessing.reduction.dump for this thread while torch starts
+    its workers. The pickling is torch's own; nothing is pickled twice."""
+
+    def __init__(self):
+        self.bytes = 0
+        self.ns = 0
+        self.processes = 0
+        self._orig = None
+        self._wrapper = None
+
+    def __enter__(self):
+        try:
+            from multiprocessing import process, reduction
+        except Exception:
+            return self
+        orig = reduction.dump
+        tid = threading.get_ident()
+
+        def dump(obj, file, *args, **kwargs):
+            if threading.get_ident() != tid:
+                return orig(obj, file, *args, **kwargs)
+            try:
+                before = file.tell()
+            except Exception:
+                before = None
+            t0 = time.perf_counter_ns()
+            try:
+                return orig(obj, file, *args, **kwargs)
+            finally:
+                try:
+                    self.ns += time.perf_counter_ns() - t0
+                    if before is not None:
+                        self.bytes += file.tell() - before
+                    if isinstance(obj, process.BaseProcess):
+                        self.processes += 1
+                except Exception:
+                    pass
+
+        self._orig, self._wrapper = orig, dump
+        reduction.dump = dump
+        return self
+
+    def __exit__(self, *exc):
+        if self._orig is not None:
+            from multiprocessing import reduction
+
+            if reduction.dump is self._wrapper:
+                reduction.dump = self._orig
+            self._orig = self._wrapper = None
+        return False
+
+    def figures(self) -> dict:
+        """Per worker started: bytes sent and ms spent pickling them (empty: none started)."""
+        if not self.processes:
+            return {}
+        return {
+            "pickled_bytes": self.bytes // self.processes,
+            "pickle_ms": round(self.ns / self.processes / 1e6, 2),
+            "pickle_complete": True,
+        }
+
+
+def dataset_record(loader) -> dict | None:
+    """The side-log record for a loader's dataset (None without one); under spawn/forkserver
+    the caller adds SpawnBytes.figures() once the workers started."""
     ds = getattr(loader, "dataset", None)
     if ds is None:
         return None
-    rec: dict = {"dataset_type": _type_name(ds)}
-    try:
-        rec["length"] = len(ds)
-    except Exception:
-        rec["length"] = None
+    rec: dict = {"dataset_type": _type_name(ds), "length": known_length(loader)}
     attrs, cut = dataset_attrs(ds)
     rec["attrs"] = attrs
     rec["attrs_cut"] = cut
-    if start_method in ("spawn", "forkserver"):
-        rec.update(pickled_size(ds))
     return rec

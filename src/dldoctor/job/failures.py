@@ -58,7 +58,7 @@ def _type(e: BaseException) -> str:
 
 
 # -- main process ---------------------------------------------------------------------------
-def _nofile() -> dict:
+def nofile() -> dict:
     try:
         import resource
 
@@ -85,7 +85,7 @@ def iter_start_facts(first_epoch: bool = True) -> dict:
     """Fields for the iter_start record: fd limit and sharing strategy (a few us), and on a
     loader's first epoch its memory cgroup (the OOM-kill baseline; ~0.2 ms of file reads, too
     much to repeat for loaders with many short epochs)."""
-    out = _nofile()
+    out = nofile()
     out["sharing_strategy"] = _sharing_strategy()
     if first_epoch:
         try:

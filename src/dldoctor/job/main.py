@@ -42,7 +42,14 @@ class Iterators:
     """The main process's watched iterators and loaders. The dicts are shared with the batch
     hooks (BatchContext.configure), so they are cleared in place, never replaced."""
 
-    __slots__ = ("states", "loader_ids", "loader_ids_fallback", "epochs", "worker_pids")
+    __slots__ = (
+        "states",
+        "loader_ids",
+        "loader_ids_fallback",
+        "epochs",
+        "worker_pids",
+        "lengths_pending",
+    )
 
     def __init__(self):
         self.states: dict = {}  # id(iterator) -> _ext.IterState (until the iterator dies)
@@ -50,6 +57,9 @@ class Iterators:
         self.loader_ids_fallback: dict = {}  # loaders that cannot be weakly referenced/hashed
         self.epochs: dict = {}  # loader id -> epochs started
         self.worker_pids: dict = {}  # pid -> (state, worker id), for deaths seen by SIGCHLD
+        # loader id -> (dataset record, batch size): samples per epoch unknown until an epoch
+        # of the loader ends, when the batches it handed out tell it.
+        self.lengths_pending: dict = {}
 
     def clear(self) -> None:
         """Forget every iterator and loader (uninstall: the loader ids were the ring's)."""
@@ -58,6 +68,7 @@ class Iterators:
         self.loader_ids_fallback.clear()
         self.epochs.clear()
         self.worker_pids.clear()
+        self.lengths_pending.clear()
 
 
 class PinTimes:
@@ -181,12 +192,6 @@ def iter_start(st, loader, multiprocess: bool) -> None:
         st.epoch,
         flags,
     )
-    batches_per_epoch = None
-    if not iterable:
-        try:
-            batches_per_epoch = len(loader)
-        except Exception:
-            pass
     user_init = getattr(loader, "worker_init_fn", None)
     note(
         "iter_start",
@@ -210,24 +215,60 @@ def iter_start(st, loader, multiprocess: bool) -> None:
         drop_last=drop_last,
         timeout=timeout,
         start_method=method,
-        batches_per_epoch=batches_per_epoch,
         main_pid=os.getpid(),
         threads=_thread_facts(),
         **failures.iter_start_facts(st.epoch == 1),
     )
 
 
-def _note_dataset(st, loader) -> None:
-    """Once per loader: its dataset's large attributes and, under spawn/forkserver, the size
-    it pickles to (both bounded in time; see dataset_probe)."""
+def _dataset_probe(st, loader):
+    """Once per loader (its first multi-process epoch): its dataset's record (attributes and
+    samples per epoch, see dataset_probe) and, under spawn/forkserver, the counter of the
+    bytes its workers are sent as torch starts them. (None, None) when not probed."""
+    if st.epoch != 1:
+        return None, None
     try:
         from . import dataset_probe
 
-        rec = dataset_probe.dataset_record(loader, start_method(loader))
-        if rec is not None:
-            note("dataset", loader=st.loader_id, **rec)
+        rec = dataset_probe.dataset_record(loader)
+        if rec is None:
+            return None, None
+        spawned = start_method(loader) in ("spawn", "forkserver")
+        return rec, dataset_probe.SpawnBytes() if spawned else None
     except Exception as e:
         note("hook_error", where="dataset", error=f"{type(e).__name__}: {e}")
+        return None, None
+
+
+def _note_dataset(st, it, loader, rec, sent) -> None:
+    try:
+        from . import dataset_probe
+
+        if sent is not None:
+            rec.update(sent.figures())
+        if rec.get("length") is None:
+            rec["length"] = dataset_probe.length_from_iterator(it)
+        note("dataset", loader=st.loader_id, **rec)
+        batch_size = getattr(loader, "batch_size", None)
+        if (
+            rec.get("length") is None
+            and getattr(loader, "_dataset_kind", 0) == 0
+            and type(batch_size) is int
+        ):
+            ITERS.lengths_pending[st.loader_id] = (rec, batch_size)
+    except Exception as e:
+        note("hook_error", where="dataset", error=f"{type(e).__name__}: {e}")
+
+
+def _length_from_epoch(st) -> None:
+    """An epoch of a loader whose samples per epoch were unknown ended: its batches tell them
+    (batch_size each; the last batch may be short, so at most batch_size - 1 too many)."""
+    pending = ITERS.lengths_pending.pop(st.loader_id, None)
+    if pending is None or st.batches <= 0:
+        return
+    rec, batch_size = pending
+    rec = dict(rec, length=st.batches * batch_size, length_from="batches_seen")
+    note("dataset", loader=st.loader_id, **rec)
 
 
 def iter_end(st, reason: int) -> None:
@@ -240,6 +281,11 @@ def iter_end(st, reason: int) -> None:
     if emit is not None:
         fetches, handouts = st.take_unmeasured()
         emit(K_ITER_END, st.loader_id, -1, st.batches, 0, 0, reason, st.epoch, fetches, handouts)
+    if reason == END_EXHAUSTED and ITERS.lengths_pending:
+        try:
+            _length_from_epoch(st)
+        except Exception:
+            pass
 
 
 def _forget(key: int, ref) -> None:
@@ -266,8 +312,6 @@ def _iter_begin(it, loader, multiprocess: bool):
         st.ref = weakref.ref(it, functools.partial(_forget, key))
         ITERS.states[key] = st
         iter_start(st, loader, multiprocess)
-        if multiprocess and st.epoch == 1:
-            _note_dataset(st, loader)
         return st
     except Exception as e:
         note("hook_error", where="iter_begin", error=f"{type(e).__name__}: {e}")
@@ -317,8 +361,13 @@ def make_multi_init(orig):
             swapped = True
         except Exception:
             pass
+        rec, sent = _dataset_probe(st, loader)
         try:
-            orig(self, loader, *args, **kwargs)
+            if sent is not None:
+                with sent:
+                    orig(self, loader, *args, **kwargs)
+            else:
+                orig(self, loader, *args, **kwargs)
         except BaseException as e:
             iter_end(st, END_ERROR)
             hide_frame(e)
@@ -329,6 +378,8 @@ def make_multi_init(orig):
                     loader.worker_init_fn = user_fn
                 except Exception:
                     pass
+            if rec is not None:
+                _note_dataset(st, self, loader, rec, sent)
         try:
             pids = [w.pid for w in self._workers]
             for i, pid in enumerate(pids):

@@ -60,11 +60,21 @@ class _WorkerInit:
                 pass
         fn = self.user_fn
         if fn is not None:
+            before = failures.nofile()
             try:
                 return fn(worker_id)
             except BaseException as e:
                 hide_frame(e)
                 raise
+            finally:
+                # The user's function changed this worker's own fd limit: fd_limit must quote
+                # it, not the one the worker inherited.
+                try:
+                    after = failures.nofile()
+                    if after != before:
+                        note("process_limits", loader=self.loader_id, worker=worker_id, **after)
+                except Exception:
+                    pass
         return None
 
 

@@ -14,6 +14,7 @@ import html
 import math
 
 from ..errors import DldoctorError
+from . import loader_table
 from .terminal import _LOADER_COLUMNS, _fmt, format_evidence_value
 
 SEVERITY_COLOR = {"critical": "#c62828", "warning": "#b26a00", "info": "#1565c0"}
@@ -176,19 +177,19 @@ def _findings(report) -> str:
 def _loaders(report) -> str:
     if not report.loaders:
         return ""
-    head = "".join(
-        f"<th>loader {html.escape(str(ld.get('id', '?')))}</th>" for ld in report.loaders
-    )
+    shown, rest = loader_table.pick(report.loaders, report.findings, loader_table.MAX_SHOWN_HTML)
+    head = "".join(f"<th>loader {html.escape(str(ld.get('id', '?')))}</th>" for ld in shown)
     rows = []
     for header, key, spec in _LOADER_COLUMNS[1:]:
         cells = []
-        for ld in report.loaders:
+        for ld in shown:
             value = tuple(ld.get(k) for k in key) if isinstance(key, tuple) else ld.get(key)
             cells.append(f"<td>{html.escape(_fmt(value, spec))}</td>")
         rows.append(f"<tr><th>{html.escape(header)}</th>{''.join(cells)}</tr>")
+    more = f'<p class="more">{html.escape(rest)}</p>' if rest else ""
     return (
         '<h2>DataLoaders</h2><table class="loaders"><tr><th></th>'
-        f"{head}</tr>{''.join(rows)}</table>"
+        f"{head}</tr>{''.join(rows)}</table>{more}"
     )
 
 

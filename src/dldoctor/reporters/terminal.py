@@ -11,6 +11,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from . import loader_table
+
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 # Per-loader table: (header, key in the loader summary, format)
@@ -72,7 +74,7 @@ def _finding_panel(f: dict) -> Panel:
 
 
 def _loader_table(loaders: list[dict]) -> Table:
-    # One column per loader, one row per figure: fits an 80-column terminal with any count.
+    # One column per loader shown (loader_table.pick: a few), one row per figure.
     table = Table(title="DataLoaders", title_justify="left", show_edge=False)
     table.add_column("", style="bold")
     for ld in loaders:
@@ -86,7 +88,7 @@ def _loader_table(loaders: list[dict]) -> Table:
     return table
 
 
-def renderable(report) -> Group:
+def renderable(report, width: int = 110) -> Group:
     parts = []
     verdict = report.verdict
     if verdict == "healthy":
@@ -100,7 +102,11 @@ def renderable(report) -> Group:
     for f in report.findings:
         parts.append(_finding_panel(f))
     if report.loaders:
-        parts.append(_loader_table(report.loaders))
+        limit = loader_table.fits(width)
+        shown, rest = loader_table.pick(report.loaders, report.findings, limit)
+        parts.append(_loader_table(shown))
+        if rest:
+            parts.append(Text(rest, style="dim"))
     if report.hang and report.hang.get("summary"):
         parts.append(Text("hang: " + report.hang["summary"], style="bold red"))
     return Group(*parts)
@@ -108,10 +114,11 @@ def renderable(report) -> Group:
 
 def print_report(report, file=None) -> None:
     console = Console(file=file or sys.stderr, highlight=False)
-    console.print(renderable(report))
+    console.print(renderable(report, console.width))
 
 
 def render_text(report, width: int = 110) -> str:
     buf = io.StringIO()
-    Console(file=buf, width=width, color_system=None, highlight=False).print(renderable(report))
+    console = Console(file=buf, width=width, color_system=None, highlight=False)
+    console.print(renderable(report, width))
     return buf.getvalue()

@@ -2,7 +2,8 @@
 analyzer (`Monitor.note_failure`). The rules decide and word the findings themselves.
 
 Records used: iter_start (fd limit, sharing strategy, pin_memory, the memory cgroup's OOM-kill
-counter as a baseline), worker_died (the counters at the death, so their rise says whether the
+counter as a baseline), process_limits (a worker's own fd limit, when it changed it; an error
+that says a process ran out of descriptors has that process's limit read from /proc too), worker_died (the counters at the death, so their rise says whether the
 OOM killer took it; plus the copy of the worker's stderr tail the hooks keep), worker_exception,
 queue_feeder_error, loader_error and uncaught_exception (error texts), cuda_memory. While the
 job runs, the job's memory cgroup is read about once a second (its headroom).
@@ -10,6 +11,7 @@ job runs, the job's memory cgroup is read about once a second (its headroom).
 
 from __future__ import annotations
 
+import re
 import time
 
 from ..job import failures as _failure_hooks
@@ -30,6 +32,27 @@ _CUDA_FIELDS = (
     "total_bytes",
     "t_ns",
 )
+# An error text that says a process ran out of descriptors (fd_limit's, see its rule).
+_DESCRIPTORS_TEXT = re.compile(r"Too many open files|items of ancdata")
+
+
+def read_nofile(pid: int, proc_root: str = "/proc") -> dict:
+    """RLIMIT_NOFILE of process `pid` from /proc/<pid>/limits ({} when unreadable)."""
+    try:
+        with open(f"{proc_root}/{int(pid)}/limits", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Max open files"):
+                    soft, hard = line[len("Max open files") :].split()[:2]
+                    return {
+                        "nofile_soft": None if soft == "unlimited" else int(soft),
+                        "nofile_hard": None if hard == "unlimited" else int(hard),
+                        "nofile_unlimited": soft == "unlimited",
+                    }
+    except (OSError, ValueError):
+        pass
+    return {}
+
+
 _SOURCES = {
     "worker_exception": "worker",
     "queue_feeder_error": "queue_feeder",
@@ -58,6 +81,7 @@ class FailureNotes:
         self._next_cgroup_ns = 0
         self._next_risks_ns = 0
         self._announced: set[str] = set()
+        self._limits_read: set[int] = set()  # pids whose /proc/<pid>/limits was read
 
     def _note(self, note: dict) -> None:
         try:
@@ -72,7 +96,11 @@ class FailureNotes:
             self._iter_start(rec)
         elif kind == "worker_died":
             self._death(rec)
+        elif kind == "process_limits":
+            self._process_limits(rec, rec.get("pid"))
         elif kind in _SOURCES:
+            if _DESCRIPTORS_TEXT.search(rec.get("message") or ""):
+                self._limits_at_error(rec)
             self._note(
                 {
                     "kind": "error",
@@ -91,6 +119,34 @@ class FailureNotes:
             note = {k: rec.get(k) for k in _CUDA_FIELDS}
             note["kind"] = "cuda_memory"
             self._note(note)
+
+    def _process_limits(self, rec: dict, pid) -> None:
+        """A process's own RLIMIT_NOFILE (a worker that changed it, or one read from /proc at
+        an error it printed): fd_limit quotes the limit of the process that ran out."""
+        if not isinstance(pid, int):
+            return
+        self._note(
+            {
+                "kind": "runtime",
+                "process_only": True,
+                "loader": rec.get("loader"),
+                "pid": pid,
+                "nofile_soft": rec.get("nofile_soft"),
+                "nofile_hard": rec.get("nofile_hard"),
+                "nofile_unlimited": rec.get("nofile_unlimited"),
+                "t_ns": rec.get("t_ns"),
+            }
+        )
+
+    def _limits_at_error(self, rec: dict) -> None:
+        """Out of descriptors: read that process's limit now, while it runs (once per pid)."""
+        pid = rec.get("pid")
+        if not isinstance(pid, int) or pid in self._limits_read:
+            return
+        self._limits_read.add(pid)
+        limits = read_nofile(pid)
+        if limits:
+            self._process_limits({**rec, **limits}, pid)
 
     def _iter_start(self, rec: dict) -> None:
         pid = rec.get("main_pid") or rec.get("pid")

@@ -96,6 +96,16 @@ const RuntimeNote* FailureView::job_runtime() const noexcept {
   return best;
 }
 
+const RuntimeNote* FailureView::limits_of(int pid) const noexcept {
+  if (pid <= 0) return nullptr;
+  const RuntimeNote* best = nullptr;
+  for (const std::vector<RuntimeNote>* notes : {&process_limits, &runtime})
+    for (const RuntimeNote& r : *notes)
+      if (r.pid == pid && (r.nofile_soft || r.nofile_unlimited) && (!best || r.t_ns > best->t_ns))
+        best = &r;
+  return best;
+}
+
 const RuntimeNote* FailureView::runtime_of(int loader) const noexcept {
   for (const RuntimeNote& r : runtime)
     if (r.loader == loader) return &r;
@@ -198,7 +208,13 @@ void FailureLog::note(FailureNote n) {
   } else if (auto* e = std::get_if<ErrorNote>(&n)) {
     add_error(std::move(*e));
   } else if (auto* r = std::get_if<RuntimeNote>(&n)) {
-    runtime_[r->loader] = std::move(*r);
+    if (r->process_only) {
+      if (!process_limits_.count(r->pid) && process_limits_.size() >= kMaxProcessLimits)
+        process_limits_.erase(process_limits_.begin());
+      process_limits_[r->pid] = std::move(*r);
+    } else {
+      runtime_[r->loader] = std::move(*r);
+    }
   } else if (auto* c = std::get_if<CgroupMemoryNote>(&n)) {
     if (tighter(*c, cgroup_tightest_)) cgroup_tightest_ = *c;
     if (cgroup_.size() >= kMaxCgroup) cgroup_.erase(cgroup_.begin());
@@ -215,6 +231,7 @@ FailureView FailureLog::view(int64_t from_ns, int64_t to_ns) const {
   for (const ErrorNote& e : errors_)
     if (in_window(e.t_ns, from_ns, to_ns)) v.errors.push_back(e);
   for (const auto& [loader, r] : runtime_) v.runtime.push_back(r);
+  for (const auto& [pid, r] : process_limits_) v.process_limits.push_back(r);
   if (from_ns < 0) {
     v.cgroup_memory = cgroup_tightest_;
   } else {

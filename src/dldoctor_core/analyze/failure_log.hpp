@@ -72,6 +72,9 @@ struct RuntimeNote {
   bool nofile_unlimited = false;
   std::optional<bool> pin_memory_requested;  ///< the loader's pin_memory argument
   std::optional<bool> accelerator;           ///< torch.accelerator.is_available()
+  /// Only this process's limits (a worker that changed its own, or /proc/<pid>/limits read
+  /// at an error it printed), not a loader's main-process facts.
+  bool process_only = false;
   int64_t t_ns = 0;
 };
 
@@ -132,6 +135,7 @@ struct FailureView {
   std::vector<WorkerDeath> deaths;                ///< oldest first
   std::vector<ErrorNote> errors;                  ///< oldest first
   std::vector<RuntimeNote> runtime;               ///< the newest per loader
+  std::vector<RuntimeNote> process_limits;        ///< the newest per process (process_only)
   std::optional<CgroupMemoryNote> cgroup_memory;  ///< the least headroom seen in the window
   std::vector<CudaPeak> cuda;                     ///< per (loader, device, batch size)
 
@@ -139,6 +143,9 @@ struct FailureView {
   const RuntimeNote* job_runtime() const noexcept;
   /// Runtime facts of `loader`, else null.
   const RuntimeNote* runtime_of(int loader) const noexcept;
+  /// The newest RLIMIT_NOFILE known for process `pid` (its own note, else the facts of a
+  /// loader it started), else null.
+  const RuntimeNote* limits_of(int pid) const noexcept;
 };
 
 /// The notes of one run, bounded.
@@ -147,6 +154,9 @@ class FailureLog {
   static constexpr size_t kMaxDeaths = 256;  ///< a crash loop respawning workers stays bounded
   static constexpr size_t kMaxErrors = 64;   ///< distinct texts; repeats only count
   static constexpr size_t kMaxCuda = 64;     ///< (loader, device, batch size) entries
+  /// Processes with their own limits noted: a worker changes its own limit rarely, and an
+  /// error's process is read once per distinct text.
+  static constexpr size_t kMaxProcessLimits = 256;
 
   /// A kWorkerDied event (exit code or signal and pid from the main process's hook).
   void on_death_event(const trace::Event& e);
@@ -161,8 +171,9 @@ class FailureLog {
 
   std::vector<WorkerDeath> deaths_;
   std::vector<ErrorNote> errors_;
-  std::map<int, RuntimeNote> runtime_;    // by loader
-  std::vector<CgroupMemoryNote> cgroup_;  // newest kMaxCgroup readings
+  std::map<int, RuntimeNote> runtime_;         // by loader
+  std::map<int, RuntimeNote> process_limits_;  // by pid, at most kMaxProcessLimits
+  std::vector<CgroupMemoryNote> cgroup_;       // newest kMaxCgroup readings
   std::vector<CudaPeak> cuda_;
   static constexpr size_t kMaxCgroup = 512;          ///< ~2 min at one reading a 0.25 s poll
   std::optional<CgroupMemoryNote> cgroup_tightest_;  ///< whole run

@@ -58,10 +58,10 @@ struct DatasetAttr {
 /// What the main process measured of a loader's dataset when its first iterator was made.
 struct DatasetNotes {
   std::string type;
-  std::optional<int64_t> length;
+  std::optional<int64_t> length;               ///< samples per epoch, as torch's sampler holds it
   std::vector<DatasetAttr> attrs;              ///< largest first
   std::optional<int64_t> pickled_bytes;        ///< what spawn/forkserver send to each worker
-  std::optional<double> pickle_ms;             ///< what measuring it took (one pickling)
+  std::optional<double> pickle_ms;             ///< torch's own pickling of it, per worker
   bool pickle_complete = true;                 ///< false: cut at the time budget (a lower bound)
   std::optional<int64_t> shared_tensor_bytes;  ///< tensors, sent through shared memory
 };

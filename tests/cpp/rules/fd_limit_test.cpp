@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
+
 #include "../analyze_sim.hpp"
 
 namespace dldoctor::analyze {
@@ -66,6 +69,83 @@ TEST(AnalyzeFdLimit, TooManyOpenFilesIsCriticalWithTheLimitToSet) {
   EXPECT_NE(fs[0].fix.find("set_sharing_strategy('file_system')"), std::string::npos);
   EXPECT_NE(fs[0].fix.find("above the hard limit 256"), std::string::npos);
   EXPECT_EQ(Session::verdict(fs), "fd_limit");
+}
+
+/// The issue-15 layout: the job's own process (pid 1000, loader 0) runs with the limit the job
+/// started with; a child it made (pid 2000) lowered its own to 100 and started loader 1, whose
+/// worker (pid 2001) ran out.
+std::unique_ptr<Session> child_ran_out(const Loader& l) {
+  system::Facts f = facts(8);
+  f.limits.nofile_soft = 20000;
+  f.limits.nofile_hard = 1 << 20;
+  auto s = session(l, f);
+  RuntimeNote job = runtime(20000);
+  job.nofile_hard = 1 << 20;
+  s->note(job);
+  RuntimeNote child = runtime(100);
+  child.loader = 1;
+  child.pid = 2000;
+  child.nofile_hard = 1 << 20;
+  child.t_ns = kT0 + kS;
+  s->note(child);
+  ErrorNote e = error(
+      "RuntimeError: unable to open shared memory object </torch_1_2_3> in "
+      "read-write mode: Too many open files (24)",
+      ErrorSource::kQueueFeeder);
+  e.loader = 1;
+  e.pid = 2001;
+  s->note(e);
+  return s;
+}
+
+TEST(AnalyzeFdLimit, TheLimitIsThatOfTheProcessThatRanOut) {
+  Loader l;
+  auto s = child_ran_out(l);
+  // A later epoch of the job's own loader is the newest note: it must not be the one quoted.
+  RuntimeNote later = runtime(20000);
+  later.nofile_hard = 1 << 20;
+  later.t_ns = kT0 + 3 * kS;
+  s->note(later);
+  auto fs = whole(*s);
+  ASSERT_EQ(ids(fs), std::vector<std::string>{"fd_limit"});
+  EXPECT_EQ(*num(fs[0], "nofile_soft"), 100.0);  // the worker inherited its parent's 100
+  EXPECT_EQ(*num(fs[0], "process_pid"), 2001.0);
+  EXPECT_EQ(*num(fs[0], "job_started_nofile_soft"), 20000.0);
+  EXPECT_NE(fs[0].title.find("process 2001, RLIMIT_NOFILE 100"), std::string::npos) << fs[0].title;
+  EXPECT_NE(fs[0].fix.find("Raise the limit where it is lowered"), std::string::npos) << fs[0].fix;
+  EXPECT_EQ(fs[0].fix.find("131072"), std::string::npos) << fs[0].fix;  // not the job's limit
+  EXPECT_EQ(*num(fs[0], "recommended_nofile"), 8192.0);
+}
+
+TEST(AnalyzeFdLimit, AProcessThatLoweredItsOwnLimitIsQuotedWithIt) {
+  Loader l;
+  auto s = child_ran_out(l);
+  RuntimeNote own = runtime(50);  // the worker lowered its own (in worker_init_fn)
+  own.loader = 1;
+  own.pid = 2001;
+  own.process_only = true;
+  own.t_ns = kT0 + 2 * kS;
+  s->note(own);
+  auto fs = whole(*s);
+  ASSERT_EQ(ids(fs), std::vector<std::string>{"fd_limit"});
+  EXPECT_EQ(*num(fs[0], "nofile_soft"), 50.0);
+  EXPECT_EQ(*num(fs[0], "nofile_hard"), 50.0);
+  EXPECT_EQ(fs[0].evidence.end(),
+            std::find_if(fs[0].evidence.begin(), fs[0].evidence.end(), [](const auto& x) {
+              return x.name == "sharing_strategy" && std::get<std::string>(x.value).empty();
+            }));
+}
+
+TEST(AnalyzeFdLimit, WithoutItsOwnNoteAProcessHasItsLoadersLimit) {
+  Loader l;
+  auto s = child_ran_out(l);
+  RuntimeNote other = runtime(64);  // another process's own limit: not the one that ran out
+  other.pid = 3000;
+  other.process_only = true;
+  s->note(other);
+  auto fs = whole(*s);
+  ASSERT_EQ(ids(fs), std::vector<std::string>{"fd_limit"});
+  EXPECT_EQ(*num(fs[0], "nofile_soft"), 100.0);
 }
 
 TEST(AnalyzeFdLimit, AncdataIsTheSameFailureSeenByTheMainProcess) {

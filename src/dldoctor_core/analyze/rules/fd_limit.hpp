@@ -40,10 +40,13 @@ inline constexpr double kNearLimitScore = 0.8;
 struct Evidence {
   report::Rank rank;
   int loader = -1;
-  std::optional<int64_t> soft, hard;  ///< the job's RLIMIT_NOFILE (empty soft: unlimited)
-  std::string strategy;               ///< torch's sharing strategy, "" unknown
-  bool fd_strategy = true;            ///< file_descriptor (or unknown: torch's default)
-  std::optional<int64_t> peak;        ///< most descriptors a job process held, as sampled
+  int pid = 0;                          ///< the process that ran out (or is nearest), 0 unknown
+  bool own_limit = false;               ///< soft/hard are that process's own (else inherited)
+  std::optional<int64_t> soft, hard;    ///< its RLIMIT_NOFILE (empty soft: unlimited)
+  std::optional<int64_t> started_soft;  ///< the job's starting limit, when higher than soft
+  std::string strategy;                 ///< torch's sharing strategy, "" unknown
+  bool fd_strategy = true;              ///< file_descriptor (or unknown: torch's default)
+  std::optional<int64_t> peak;          ///< most descriptors a job process held, as sampled
   int peak_pid = 0;
   bool failed = false;  ///< "Too many open files" passing batches
   std::string error;    ///< the line of the error text that names it
