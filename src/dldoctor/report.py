@@ -40,6 +40,21 @@ def system_section(facts: dict | None) -> dict:
     return out
 
 
+def loader_label(ld: dict) -> str:
+    """ "rank 1 · loader 2" for a loader of a multi-rank job (its number among its rank's
+    loaders), "loader 3" for one without a rank: how every reporter names a loader."""
+    lid = ld.get("id", ld.get("loader", "?"))
+    rank = ld.get("rank", ld.get("local_rank"))
+    if isinstance(rank, int):
+        return f"rank {rank} \u00b7 loader {ld.get('rank_loader') or lid}"
+    return f"loader {lid}"
+
+
+def loader_labels(loaders: list[dict]) -> dict:
+    """Loader id -> loader_label, for reporters that meet a loader by its id (series, trace)."""
+    return {ld.get("id", ld.get("loader")): loader_label(ld) for ld in loaders or []}
+
+
 @dataclass
 class Report:
     verdict: str = "unknown"
@@ -54,6 +69,8 @@ class Report:
     hang: dict | None = None
     # `dldoctor attach`: what was found from the pid and how it was sampled.
     attach: dict | None = None
+    # The early notices of `dldoctor run` ({id, title, seen_s, held_until_s, confirmed}).
+    notices: list[dict] = field(default_factory=list)
     tool_version: str = __version__
 
     # -- queries ---------------------------------------------------------------------
@@ -80,6 +97,8 @@ class Report:
             d["hang"] = self.hang
         if self.attach is not None:
             d["attach"] = self.attach
+        if self.notices:
+            d["notices"] = self.notices
         if self.series:
             d["series"] = self.series
         return d
@@ -115,6 +134,7 @@ class Report:
             series=dict(d.get("series") or {}),
             hang=d.get("hang"),
             attach=d.get("attach"),
+            notices=list(d.get("notices") or []),
             tool_version=d.get("tool_version", "?"),
         )
 

@@ -312,13 +312,15 @@ std::optional<watchdog::HangSnapshot> Monitor::last_hang() const {
 
 std::vector<report::Finding> Monitor::last_hang_findings() const {
   if (!watchdog_) return {};
-  return watchdog_->last_findings();
+  std::vector<report::Finding> out = watchdog_->last_findings();
+  session_.label_ranks(out);
+  return out;
 }
 
 analyze::Decision Monitor::decide(analyze::Window w) const {
   std::vector<report::Finding> findings = session_.findings(0, w);
   const bool hung = w == analyze::Window::kWholeRun && watchdog_ && watchdog_->hangs() > 0;
-  if (hung) findings = analyze::with_hang(std::move(findings), watchdog_->last_findings());
+  if (hung) findings = analyze::with_hang(std::move(findings), last_hang_findings());
   return analyze::decide(std::move(findings), session_.any_loader(), hung);
 }
 
