@@ -8,6 +8,7 @@ import pytest
 
 from dldoctor import ranks
 from dldoctor.report import loader_label, loader_labels
+from doctor_run import run_doctor, scenario
 
 
 @pytest.mark.parametrize(
@@ -63,3 +64,21 @@ def test_a_rank_loader_is_named_by_its_rank_and_its_own_number():
         1: "rank 0 \u00b7 loader 1",
         2: "loader 2",
     }
+
+
+# -- Lightning starts its ranks itself ------------------------------------------------------
+
+
+def test_lightning_ddp_ranks_are_each_reported_with_their_rank(tmp_path):
+    pytest.importorskip("lightning", reason="lightning is a test extra (tools/install)")
+    r = run_doctor(scenario("_lightning_ddp", "--steps", "40"), tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    loaders = r.report["loaders"]
+    # Lightning re-ran the script for rank 1 (LOCAL_RANK set); rank 0 is the user's process,
+    # its rank read from torch.distributed once Lightning joined the group.
+    assert [(ld["rank"], ld["local_rank"], ld["world_size"]) for ld in loaders] == [
+        (0, 0, 2),
+        (1, 1, 2),
+    ], loaders
+    assert all(ld["batches"] >= 40 for ld in loaders), loaders
+    assert "rank 0 \u00b7 loader 1" in r.stderr and "rank 1 \u00b7 loader 1" in r.stderr, r.stderr
