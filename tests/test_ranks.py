@@ -4,11 +4,13 @@ torchrun jobs are scenarios (tests/scenarios/catalog.py, `"ranks": 2`)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from dldoctor import ranks
 from dldoctor.report import loader_label, loader_labels
-from doctor_run import run_doctor, scenario
+from doctor_run import catalog, run_doctor, run_entry, scenario
 
 
 @pytest.mark.parametrize(
@@ -82,3 +84,100 @@ def test_lightning_ddp_ranks_are_each_reported_with_their_rank(tmp_path):
     ], loaders
     assert all(ld["batches"] >= 40 for ld in loaders), loaders
     assert "rank 0 \u00b7 loader 1" in r.stderr and "rank 1 \u00b7 loader 1" in r.stderr, r.stderr
+
+
+# -- a hang on one rank: --on-hang abort ends the whole job ------------------------------
+
+
+def test_abort_at_a_rank_hang_ends_torchrun_and_every_rank(tmp_path):
+    r = run_entry(catalog.by_name("worker_hang/ranks"), tmp_path)
+    assert r.returncode == 124, r.stderr
+    pids = [p["pid"] for p in r.report["hang"]["snapshot"]["processes"]]
+    assert len(pids) >= 4, pids  # two main processes and their workers
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in pids if _alive(p)]
+        time.sleep(0.2)
+    assert not alive, f"processes of the job still running after the abort: {alive}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# -- many nodes: dldoctor report A.json B.json ----------------------------------------------
+
+
+def _node_report(path, verdict, loaders, findings=()):
+    from dldoctor.report import Report
+
+    Report(
+        verdict=verdict,
+        findings=list(findings),
+        loaders=loaders,
+        system={"usable_cpus": 8.0, "shm_total_bytes": 1 << 30},
+        exit_code=0,
+    ).write_json(str(path))
+
+
+def test_report_merges_nodes_into_one_job_the_gating_node_first(tmp_path):
+    import subprocess
+    import sys
+
+    gate = {"id": "straggler_rank", "severity": "critical", "title": "Rank 3 holds the job back"}
+    _node_report(
+        tmp_path / "node0.json",
+        "healthy",
+        [
+            {"id": 1, "rank": 0, "local_rank": 0, "batches_per_s": 9.1, "data_stall_pct": 2},
+            {"id": 2, "rank": 1, "local_rank": 1, "batches_per_s": 9.0, "data_stall_pct": 3},
+        ],
+    )
+    _node_report(
+        tmp_path / "node1.json",
+        "slow_getitem",
+        [
+            {"id": 1, "rank": 2, "local_rank": 0, "batches_per_s": 9.0, "data_stall_pct": 4},
+            {"id": 2, "rank": 3, "local_rank": 1, "batches_per_s": 9.0, "data_stall_pct": 71},
+        ],
+        [{"id": "slow_getitem", "severity": "critical", "title": "Rank 3 · loader 1: ..."}, gate],
+    )
+    out = tmp_path / "job.json"
+    cmd = [sys.executable, "-m", "dldoctor", "report", str(tmp_path / "node0.json")]
+    cmd += [str(tmp_path / "node1.json"), "--json", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    import json
+
+    job = json.loads(out.read_text())
+    assert job["verdict"] == "slow_getitem"  # the gating node's own verdict
+    assert [n["node"] for n in job["nodes"]] == ["node1", "node0"]
+    assert job["nodes"][0]["slowest_loader"]["rank"] == 3
+    assert [n["ranks"] for n in job["nodes"]] == [[2, 3], [0, 1]]
+    assert [(f["id"], f["node"]) for f in job["findings"]] == [
+        ("slow_getitem", "node1"),
+        ("straggler_rank", "node1"),
+    ]
+    assert [(ld["node"], ld["rank"]) for ld in job["loaders"]] == [
+        ("node1", 2),
+        ("node1", 3),
+        ("node0", 0),
+        ("node0", 1),
+    ]
+    assert "the slowest rank is node1 \u00b7 rank 3 \u00b7 loader 2" in job["notes"][0], job
+    assert job["notes"][1].startswith("node1: verdict slow_getitem, ranks 2, 3"), job["notes"]
+
+
+def test_report_of_a_missing_file_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "dldoctor", "report", str(tmp_path / "a.json")]
+    p = subprocess.run(cmd + [str(tmp_path / "b.json")], capture_output=True, text=True)
+    assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr

@@ -319,6 +319,35 @@ SCENARIOS: list[dict] = [
             },
         },
     },
+    # Two torchrun ranks: rank 1's worker waits forever, rank 0 then waits for rank 1 in the
+    # all-reduce. The hang is rank 1's, rank 0 is named as waiting for it (no second hang),
+    # and --on-hang abort ends the whole job: torchrun and both ranks.
+    {
+        "name": "worker_hang/ranks",
+        "script": "worker_hang",
+        "ranks": 2,
+        "args": ["--ddp", "--seconds", "60"],
+        "doctor_args": HANG,
+        "expect": "worker_hang",
+        "checks": {
+            "returncode": HANG_ABORT_RC,
+            "verdict": "worker_hang",
+            "ids": ["worker_hang"],
+            "findings": {
+                "worker_hang": {
+                    "rank": "1",
+                    "evidence": {
+                        "stage": "getitem",
+                        "frame": {"contains": "__getitem__"},
+                        "waiting_ranks": "0",
+                        "waiting_rank_frames": {"startswith": "rank 0 (pid "},
+                    },
+                    "title": {"contains": ["rank 1 \u00b7 loader 1", "rank 0 waits for it"]},
+                }
+            },
+            "wall_s": {"<": 50},  # ended at the hang, not at the job's own 60 s
+        },
+    },
     {
         "name": "worker_hang/healthy",
         "script": "worker_hang",

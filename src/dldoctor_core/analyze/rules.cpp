@@ -82,6 +82,7 @@ std::vector<report::Finding> classify_hang(const watchdog::HangSnapshot& snapsho
   if (out.empty()) emit(out, main_process_bound::detect_at_hang(snapshot, context));
   // The main process waits inside a loader no finding explains: still a hang, say so.
   emit(out, worker_hang::detect_unexplained(snapshot, context, std::move(explained)));
+  worker_hang::note_waiting_ranks(out, snapshot, context);
   order_findings(out);
   return out;
 }

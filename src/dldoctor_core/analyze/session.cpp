@@ -409,6 +409,12 @@ void Session::note_rank(uint16_t loader, RankId rank) {
   ranks_[loader] = rank;
 }
 
+int Session::rank_of(uint16_t loader) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = ranks_.find(loader);
+  return it == ranks_.end() ? -1 : it->second.shown();
+}
+
 int Session::rank_loader_locked(uint16_t loader) const {
   auto it = ranks_.find(loader);
   if (it == ranks_.end() || !it->second.known()) return 0;

@@ -101,6 +101,8 @@ class Session {
   /// Findings about a loader of a known rank carry that rank, and their title names it
   /// ("Rank 1 · loader 1: ..." for "Loader 3: ..."); the others are left as they are.
   void label_ranks(std::vector<report::Finding>& findings) const;
+  /// The rank `loader`'s main process shows (RankId::shown), -1 when none is known.
+  int rank_of(uint16_t loader) const;
   /// torch.get_num_threads() as a worker reported it.
   void note_torch_threads(int pid, int threads);
   /// Whether `pid` is known as a DataLoader worker (from its events).

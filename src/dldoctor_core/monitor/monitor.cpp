@@ -283,6 +283,8 @@ watchdog::WatchState Monitor::watch_state() {
     }
     c.batches_returned = l.returned;
     c.timeout_s = l.timeout_ms / 1000.0;
+    c.main_pid = l.main_pid;
+    c.rank = session_.rank_of(id);
     st.context.loaders.push_back(std::move(c));
   }
   return st;
