@@ -6,24 +6,11 @@ waits for rank 1 in the collective at every step.
 Healthy twin (`--healthy`): both ranks' samples are cheap and their loaders keep up.
 """
 
-import torch
-from _common import burn_cpu, parser
+from _common import Compute, parser
 from _ddp import rank, start, train
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler
 
 WIDTH = 8
-
-
-class Shard(Dataset):
-    def __init__(self, cost_s):
-        self.cost_s = cost_s
-
-    def __len__(self):
-        return 1_000_000
-
-    def __getitem__(self, i):
-        burn_cpu(self.cost_s)
-        return torch.full((WIDTH,), float(i))
 
 
 def main():
@@ -33,7 +20,7 @@ def main():
     # 4 samples of 15 ms: one worker makes 60 ms batches against a 20 ms step on rank 1.
     slow = rank() == 1 and not args.healthy
     cost = args.cost_ms / 1e3 if slow else 0.0002
-    dataset = Shard(cost)
+    dataset = Compute(cost, WIDTH)
     start()
     loader = DataLoader(
         dataset, batch_size=4, num_workers=1, sampler=DistributedSampler(dataset, shuffle=False)

@@ -9,21 +9,8 @@ three such workers, all of both ranks on the one core; the node's workers are bo
 
 import os
 
-import torch
-from _common import burn_cpu, consume, parser
-from torch.utils.data import DataLoader, Dataset
-
-
-class Compute(Dataset):
-    def __init__(self, cost_s):
-        self.cost_s = cost_s
-
-    def __len__(self):
-        return 100_000
-
-    def __getitem__(self, i):
-        burn_cpu(self.cost_s)
-        return torch.full((16,), float(i))
+from _common import Compute, consume, parser
+from torch.utils.data import DataLoader
 
 
 def main():
