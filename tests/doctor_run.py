@@ -88,8 +88,14 @@ def run_doctor(
     return DoctorRun(proc.returncode, proc.stdout, proc.stderr, report, seconds)
 
 
-def scenario(name: str, *args: str) -> list[str]:
-    return [sys.executable, os.path.join(SCENARIOS, name + ".py"), *args]
+def scenario(name: str, *args: str, ranks: int = 0) -> list[str]:
+    """The scenario's command; with `ranks`, started by torchrun with that many ranks on this
+    node (`python -m torch.distributed.run` is what the `torchrun` command runs)."""
+    script = os.path.join(SCENARIOS, name + ".py")
+    if ranks:
+        launcher = ["-m", "torch.distributed.run", "--nproc-per-node", str(ranks)]
+        return [sys.executable, *launcher, "--standalone", script, *args]
+    return [sys.executable, script, *args]
 
 
 # --- catalog entries ---------------------------------------------------------------------------
@@ -124,7 +130,7 @@ def run_entry_once(entry: dict, tmp_path) -> DoctorRun:
     reason, where the machine refuses the fault (or the scenario exits REFUSED_RC)."""
     with entry_fault(entry) as (prefix, extra):
         r = run_doctor(
-            scenario(entry["script"], *entry.get("args", []), *extra),
+            scenario(entry["script"], *entry.get("args", []), *extra, ranks=entry.get("ranks", 0)),
             tmp_path,
             entry.get("doctor_args", ()),
             timeout=entry.get("timeout", 120),

@@ -27,7 +27,6 @@ DESIGN_PATHS = [
 # not emitted, and the issue that adds them.
 PLANNED = {
     "loader_error": "issue 10: an exception raised in a worker's __getitem__/collate",
-    "straggler_rank": "issue 12: the rank that gates a data-parallel job",
 }
 
 
@@ -54,9 +53,7 @@ def readme_ids() -> list[str]:
 def emitted_ids() -> set[str]:
     """Ids the C++ core assigns to a finding: `make_finding("...", ...)` in the rules, `f.id =
     "..."`, or an id constant (`kId = "..."`), until the binding lists them itself."""
-    pattern = re.compile(
-        r'\b(?:(?:id|kId\w*)\s*(?:\[\])?\s*=\s*|make_finding\(\s*)"([a-z_]+)"'
-    )
+    pattern = re.compile(r'\b(?:(?:id|kId\w*)\s*(?:\[\])?\s*=\s*|make_finding\(\s*)"([a-z_]+)"')
     found = set()
     for folder, _, files in os.walk(CORE):
         for name in files:

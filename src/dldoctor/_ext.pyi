@@ -413,6 +413,11 @@ class Monitor:
 
     def note_slow_batch(self, arg0: int, arg1: object, /) -> None: ...
 
+    def note_rank(self, loader: int, rank: int | None = None, local_rank: int | None = None, world_size: int | None = None, local_world_size: int | None = None, group_rank: int | None = None) -> None:
+        """
+        The rank of a loader's main process (the iter_start record's rank fields).
+        """
+
     def note_torch_threads(self, arg0: int, arg1: int, /) -> None: ...
 
     def set_loader_notes(self, loader: int, collate_fn: str = '', worker_init_fn: str = '', main_threads: int | None = None, main_thread_names: Sequence[str] = []) -> None: ...

@@ -40,6 +40,23 @@ def system_section(facts: dict | None) -> dict:
     return out
 
 
+def loader_label(ld: dict) -> str:
+    """How every reporter names a loader: "rank 1 · loader 2" in a multi-rank job (its number
+    among its rank's loaders), "loader 3" without ranks; a merged report's loaders lead with
+    their node ("node1 · rank 9 · loader 1")."""
+    lid = ld.get("id", ld.get("loader", "?"))
+    rank = ld.get("rank", ld.get("local_rank"))
+    node = f"{ld['node']} \u00b7 " if ld.get("node") else ""
+    if isinstance(rank, int):
+        return f"{node}rank {rank} \u00b7 loader {ld.get('rank_loader') or lid}"
+    return f"{node}loader {lid}"
+
+
+def loader_labels(loaders: list[dict]) -> dict:
+    """Loader id -> loader_label, for reporters that meet a loader by its id (series, trace)."""
+    return {ld.get("id", ld.get("loader")): loader_label(ld) for ld in loaders or []}
+
+
 @dataclass
 class Report:
     verdict: str = "unknown"
@@ -54,6 +71,10 @@ class Report:
     hang: dict | None = None
     # `dldoctor attach`: what was found from the pid and how it was sampled.
     attach: dict | None = None
+    # The early notices of `dldoctor run` ({id, title, seen_s, held_until_s, confirmed}).
+    notices: list[dict] = field(default_factory=list)
+    # `dldoctor report A.json B.json ...`: one entry per node's report merged into this one.
+    nodes: list[dict] = field(default_factory=list)
     tool_version: str = __version__
 
     # -- queries ---------------------------------------------------------------------
@@ -80,6 +101,10 @@ class Report:
             d["hang"] = self.hang
         if self.attach is not None:
             d["attach"] = self.attach
+        if self.notices:
+            d["notices"] = self.notices
+        if self.nodes:
+            d["nodes"] = self.nodes
         if self.series:
             d["series"] = self.series
         return d
@@ -115,6 +140,8 @@ class Report:
             series=dict(d.get("series") or {}),
             hang=d.get("hang"),
             attach=d.get("attach"),
+            notices=list(d.get("notices") or []),
+            nodes=list(d.get("nodes") or []),
             tool_version=d.get("tool_version", "?"),
         )
 
@@ -133,6 +160,68 @@ class Report:
         from .reporters.terminal import render_text
 
         return render_text(self)
+
+
+def merge_reports(reports: list[Report], names: list[str]) -> Report:
+    """Several nodes' reports (each `dldoctor run --json` of one node's torchrun) as one job.
+
+    Each node keeps its own decided findings, in its order, each marked with its node; its
+    loaders too. In synchronous data-parallel training the job moves at the pace of its
+    slowest rank, the one that waits longest for its own batches (the others wait for it in
+    the collectives): the node holding it comes first and its verdict is the job's; every
+    node's verdict, ranks and budgets (usable CPUs, /dev/shm, memory) are listed in `nodes`."""
+
+    def pace(ld: dict | None) -> tuple:
+        # Ranks in lockstep share one pace; the one that gates it waits for its own batches
+        # the longest (the others wait in the collectives instead): highest stall first.
+        if not ld:
+            return (math.inf, math.inf)
+        bps = ld.get("batches_per_s")
+        stall = ld.get("data_stall_pct")
+        return (
+            -stall if isinstance(stall, (int, float)) else math.inf,
+            bps if isinstance(bps, (int, float)) else math.inf,
+        )
+
+    nodes = []
+    for name, r in zip(names, reports):
+        slowest = min(r.loaders, key=pace) if r.loaders else None
+        nodes.append(
+            {
+                "node": name,
+                "verdict": r.verdict,
+                "ranks": sorted(
+                    {ld["rank"] for ld in r.loaders if isinstance(ld.get("rank"), int)}
+                ),
+                "slowest_loader": {**slowest, "node": name} if slowest else None,
+                "exit_code": r.exit_code,
+                **{k: r.system.get(k) for k in _SYSTEM_HEADLINE},
+            }
+        )
+    order = sorted(range(len(nodes)), key=lambda i: pace(nodes[i]["slowest_loader"]))
+    out = Report(verdict=nodes[order[0]]["verdict"], nodes=[nodes[i] for i in order])
+    gate = out.nodes[0]["slowest_loader"]
+    summary = f"{len(reports)} reports merged into one job, the slowest node first"
+    if gate:
+        summary += (
+            f"; the slowest rank is {loader_label(gate)}"
+            f" ({gate.get('batches_per_s') or 0:.1f} batches/s)"
+        )
+    out.notes.append(summary)
+    for n in out.nodes:
+        ranks = ", ".join(str(x) for x in n["ranks"]) or "none"
+        out.notes.append(
+            f"{n['node']}: verdict {n['verdict']}, ranks {ranks}, usable CPUs "
+            f"{n.get('usable_cpus')}, /dev/shm {n.get('shm_total_bytes')} bytes"
+        )
+    for i in order:
+        name, r = names[i], reports[i]
+        out.findings += [{**f, "node": name} for f in r.findings]
+        out.loaders += [{**ld, "node": name} for ld in r.loaders]
+        out.notes += [f"{name}: {n}" for n in r.notes]
+    codes = [r.exit_code for r in reports]
+    out.exit_code = next((c for c in codes if c), 0 if all(c == 0 for c in codes) else None)
+    return out
 
 
 def _finite(o: Any) -> Any:

@@ -423,5 +423,31 @@ TEST(FailureLog, StaysBounded) {
   EXPECT_EQ(v.errors.size(), FailureLog::kMaxErrors);
 }
 
+// A multi-rank job's findings name the rank and its own loader number, not the job-wide id;
+// a job without ranks keeps its titles as they are.
+TEST(AnalyzeRanks, FindingsAboutARankLoaderAreLabelledWithTheRank) {
+  Session s;
+  s.note_rank(1, RankId{0, 0, 2, std::nullopt, std::nullopt});
+  s.note_rank(2, RankId{1, 1, 2, std::nullopt, std::nullopt});
+  s.note_rank(3, RankId{1, 1, 2, std::nullopt, std::nullopt});  // rank 1's second loader
+  std::vector<report::Finding> fs(5);
+  fs[0].loader = 2, fs[0].title = "Loader 2: __getitem__ is too slow";
+  fs[1].loader = 3, fs[1].title = "Worker 0 of loader 3 is stuck; loader 31 is not";
+  fs[2].loader = 1, fs[2].title = "Loader 1 has produced no batch";
+  fs[3].loader = -1, fs[3].title = "6 DataLoader workers share 2 usable CPUs";
+  fs[4].loader = 4, fs[4].title = "Loader 4: no rank known";
+  s.label_ranks(fs);
+  EXPECT_EQ(fs[0].title, "Rank 1 \xc2\xb7 loader 1: __getitem__ is too slow");
+  EXPECT_EQ(fs[0].rank, 1);
+  EXPECT_EQ(fs[1].title, "Worker 0 of rank 1 \xc2\xb7 loader 2 is stuck; loader 31 is not");
+  EXPECT_EQ(fs[2].title, "Rank 0 \xc2\xb7 loader 1 has produced no batch");  // not relabelled
+  EXPECT_EQ(fs[2].rank, 0);
+  EXPECT_EQ(fs[3].rank, -1);
+  EXPECT_EQ(fs[4].title, "Loader 4: no rank known");
+  EXPECT_EQ(fs[4].rank, -1);
+  s.label_ranks(fs);  // idempotent: the merged hang findings pass through twice
+  EXPECT_EQ(fs[2].title, "Rank 0 \xc2\xb7 loader 1 has produced no batch");
+}
+
 }  // namespace
 }  // namespace dldoctor::analyze

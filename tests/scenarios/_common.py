@@ -50,6 +50,21 @@ def burn_cpu(seconds: float) -> int:
     return x
 
 
+class Compute(Dataset):
+    """Samples that each cost `cost_s` of CPU to make (a decode, a transform)."""
+
+    def __init__(self, cost_s: float, width: int = 16):
+        self.cost_s = cost_s
+        self.width = width
+
+    def __len__(self):
+        return 100_000
+
+    def __getitem__(self, i):
+        burn_cpu(self.cost_s)
+        return torch.full((self.width,), float(i))
+
+
 # A training step that waits, as the main process does for a GPU: long enough that a healthy
 # loader keeps up with it easily, short enough that a slow loader is clearly the bottleneck.
 MODEL_STEP_S = 0.02

@@ -16,6 +16,8 @@ bench/accuracy.py runs them all and prints a confusion table. Each entry:
                  /dev/shm is N MiB), {"memory_cgroup_mib": N} (a memory cgroup of N MiB whose
                  path is passed as --cgroup), {"root": True}, {"cpus": N} (at least N CPUs in
                  the affinity), {"no_accelerator": True} (torch sees no CUDA device)
+    ranks        N: the job is started by torchrun with N ranks on this node (each a main
+                 process with its own loader; DDP over gloo on the CPU)
     timeout      seconds for the whole run (default 120)
     known_false_positives
                  {id: why} for a twin: a doctor defect seen on this run and not yet fixed.
@@ -84,6 +86,32 @@ SCENARIOS: list[dict] = [
                     "fix": {"contains": "num_workers=1"},
                 }
             },
+        },
+    },
+    # Two torchrun ranks of three such workers each, all on one core: the node's six workers
+    # are both ranks', and each rank's loader is prescribed its own count.
+    {
+        "name": "too_many_workers/ranks",
+        "script": "too_many_workers",
+        "ranks": 2,
+        "args": ["--ddp", "--seconds", "8"],
+        "expect": "too_many_workers",
+        "checks": {
+            "verdict": "too_many_workers",
+            "notice": True,
+            "findings": {
+                "too_many_workers": {
+                    "evidence": {
+                        "total_workers": 6,  # 3 per rank, both ranks
+                        "ranks": 2,
+                        "usable_cpus": 1,
+                        "recommended_num_workers_per_rank": 1,
+                        "recommended_num_workers": {"present": False},
+                    },
+                    "fix": {"contains": "num_workers=1 in each rank's loader"},
+                }
+            },
+            "report": {"loaders.0.rank": 0, "loaders.1.rank": 1},
         },
     },
     {
@@ -289,6 +317,35 @@ SCENARIOS: list[dict] = [
                     }
                 }
             },
+        },
+    },
+    # Two torchrun ranks: rank 1's worker waits forever, rank 0 then waits for rank 1 in the
+    # all-reduce. The hang is rank 1's, rank 0 is named as waiting for it (no second hang),
+    # and --on-hang abort ends the whole job: torchrun and both ranks.
+    {
+        "name": "worker_hang/ranks",
+        "script": "worker_hang",
+        "ranks": 2,
+        "args": ["--ddp", "--seconds", "60"],
+        "doctor_args": HANG,
+        "expect": "worker_hang",
+        "checks": {
+            "returncode": HANG_ABORT_RC,
+            "verdict": "worker_hang",
+            "ids": ["worker_hang"],
+            "findings": {
+                "worker_hang": {
+                    "rank": "1",
+                    "evidence": {
+                        "stage": "getitem",
+                        "frame": {"contains": "__getitem__"},
+                        "waiting_ranks": "0",
+                        "waiting_rank_frames": {"startswith": "rank 0 (pid "},
+                    },
+                    "title": {"contains": ["rank 1 \u00b7 loader 1", "rank 0 waits for it"]},
+                }
+            },
+            "wall_s": {"<": 50},  # ended at the hang, not at the job's own 60 s
         },
     },
     {
@@ -754,6 +811,45 @@ SCENARIOS: list[dict] = [
         "script": "straggler_worker",
         "args": ["--healthy", "--seconds", "8"],
         "expect": "no straggler_worker",
+    },
+    # -- multi-rank jobs: torchrun --nproc-per-node 2, DDP over gloo on the CPU ---------------
+    # Rank 1's samples cost 15 ms of CPU each, rank 0's nothing: rank 1 gates every step, and
+    # rank 0 waits for it in the all-reduce. The verdict is rank 1's own cause.
+    {
+        "name": "straggler_rank",
+        "script": "straggler_rank",
+        "ranks": 2,
+        "args": ["--seconds", "10"],
+        "expect": "straggler_rank",
+        "severity": "critical",
+        "checks": {
+            "verdict": "slow_getitem",
+            "findings": {
+                "straggler_rank": {
+                    "rank": "1",
+                    "evidence": {
+                        "gating_rank": 1,
+                        "cause": "slow_getitem",
+                        "waiting_ranks": "0",
+                        "others_lost_fraction": {">": 0.3},
+                    },
+                    "relations": [("others_wait_per_step_ms", ">", "wait_per_batch_ms", 0.5)],
+                    # Only its shard is heavy: rebalance, and that rank's own fix.
+                    "fix": {"contains": ["Rebalance the shards", "__getitem__"]},
+                },
+                "slow_getitem": {"rank": "1", "title": {"startswith": "Rank 1 \u00b7 loader 1:"}},
+            },
+            "absent": ["main_process_bound"],
+            "report": {"loaders.0.rank": 0, "loaders.1.rank": 1, "loaders.1.local_rank": 1},
+        },
+    },
+    {
+        "name": "straggler_rank/healthy",
+        "script": "straggler_rank",
+        "ranks": 2,
+        "args": ["--healthy", "--seconds", "8"],
+        "expect": "healthy",
+        "checks": {"report": {"loaders.0.rank": 0, "loaders.1.rank": 1, "loaders.0.world_size": 2}},
     },
 ]
 

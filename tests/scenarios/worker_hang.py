@@ -4,6 +4,9 @@ no batch comes.
 `--on event` (default): an Event that is never set (a lost message). `--on pipe`: a read of a
 pipe whose writer stays open and never writes (a reader with no data).
 Healthy twin (`--healthy`): the event is set / the pipe is filled before the loader starts.
+
+`--ddp` (run it under torchrun with two ranks, DDP over gloo): only rank 1's worker waits for
+the event; rank 0's loader is fine, and rank 0 then waits for rank 1 in the all-reduce.
 """
 
 import os
@@ -56,7 +59,16 @@ def main():
     ap.add_argument(
         "--on", choices=("event", "pipe"), default="event", help="what __getitem__ waits for"
     )
+    ap.add_argument("--ddp", action="store_true", help="a rank of a torchrun job")
     args = ap.parse_args()
+    if args.ddp:
+        from _ddp import rank, start, train
+
+        if args.healthy or rank() != 1:
+            _READY.set()
+        start()
+        train(DataLoader(Waits(_READY), batch_size=4, num_workers=1), args.seconds, 8)
+        return
     if args.on == "pipe":
         read_fd, write_fd = os.pipe()  # the write end stays open here: reads block, not EOF
         if args.healthy:

@@ -72,6 +72,7 @@ nb::dict finding_to_dict(const report::Finding& f) {
   d["fix"] = f.fix;
   d["why"] = f.why;
   d["loader"] = f.loader >= 0 ? nb::cast(f.loader) : nb::none();
+  if (f.rank >= 0) d["rank"] = f.rank;  // additive: only findings about one rank carry it
   d["score"] = f.score;
   return d;
 }
@@ -110,6 +111,15 @@ nb::dict loader_summary_to_dict(const analyze::LoaderSummary& s) {
   d["start_method"] = sm ? nb::cast(sm) : nb::none();
   d["timeout_ms"] = opt(c.timeout_ms);
   d["main_pid"] = c.main_pid > 0 ? nb::cast(c.main_pid) : nb::none();
+  // A multi-rank job's loaders carry their rank (the keys `dldoctor attach` writes); a job
+  // without ranks has none of these keys, as before.
+  const analyze::RankId& r = s.rank;
+  if (r.rank) d["rank"] = *r.rank;
+  if (r.local_rank) d["local_rank"] = *r.local_rank;
+  if (r.world_size) d["world_size"] = *r.world_size;
+  if (r.local_world_size) d["local_world_size"] = *r.local_world_size;
+  if (r.group_rank) d["group_rank"] = *r.group_rank;
+  if (s.rank_loader > 0) d["rank_loader"] = s.rank_loader;
   d["epochs"] = s.epochs;
   d["batches"] = s.batches;
   d["batches_per_s"] = opt(s.batches_per_s);

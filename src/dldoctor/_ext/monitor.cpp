@@ -112,6 +112,18 @@ void register_monitor(nb::module_& m) {
            [](Monitor& self, uint16_t loader, nb::handle d) {
              self.session().note_slow_batch(loader, slow_batch_from_dict(d));
            })
+      .def(
+          "note_rank",
+          [](Monitor& self, uint16_t loader, std::optional<int> rank, std::optional<int> local_rank,
+             std::optional<int> world_size, std::optional<int> local_world_size,
+             std::optional<int> group_rank) {
+            self.session().note_rank(loader,
+                                     {rank, local_rank, world_size, local_world_size, group_rank});
+          },
+          nb::arg("loader"), nb::arg("rank") = nb::none(), nb::arg("local_rank") = nb::none(),
+          nb::arg("world_size") = nb::none(), nb::arg("local_world_size") = nb::none(),
+          nb::arg("group_rank") = nb::none(),
+          "The rank of a loader's main process (the iter_start record's rank fields).")
       .def("note_torch_threads",
            [](Monitor& self, int pid, int threads) {
              self.session().note_torch_threads(pid, threads);

@@ -1,13 +1,20 @@
-"""`dldoctor report F.json [--html F]`: re-render a saved report."""
+"""`dldoctor report F.json [--html F]`: re-render a saved report; `dldoctor report A.json
+B.json ...`: several nodes' reports merged into one job view (report.merge_reports)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 
 class Command:
     def prepare_parser(self, parser) -> None:
-        parser.add_argument("path", metavar="F.json", help="a report written by run --json")
+        parser.add_argument(
+            "paths",
+            metavar="F.json",
+            nargs="+",
+            help="a report written by run --json; several: one per node, merged into one job",
+        )
         parser.add_argument("--html", metavar="F", help="write a self-contained HTML report to F")
         parser.add_argument("--json", metavar="F", help="write the report again as JSON")
 
@@ -19,7 +26,13 @@ class Command:
             from ..reporters import html
 
             html.require_plotly()
-        report = Report.read_json(args.path)
+        reports = [Report.read_json(p) for p in args.paths]
+        if len(reports) == 1:
+            report = reports[0]
+        else:
+            from ..report import merge_reports
+
+            report = merge_reports(reports, _node_names(args.paths))
         terminal.print_report(report)
         if args.json:
             report.write_json(args.json)
@@ -27,3 +40,9 @@ class Command:
             html.write(args.html, report)
             print(f"dldoctor: HTML report written to {args.html}", file=sys.stderr)
         return 0
+
+
+def _node_names(paths: list[str]) -> list[str]:
+    """Each report's node name: its file name without .json (the path when two share one)."""
+    names = [os.path.splitext(os.path.basename(p))[0] for p in paths]
+    return names if len(set(names)) == len(names) else list(paths)

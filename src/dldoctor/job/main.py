@@ -16,6 +16,7 @@ import threading
 import weakref
 
 from .. import _ext
+from .. import ranks as _ranks
 from . import failures
 from .events import (
     END_ERROR,
@@ -217,6 +218,7 @@ def iter_start(st, loader, multiprocess: bool) -> None:
         start_method=method,
         main_pid=os.getpid(),
         threads=_thread_facts(),
+        **_ranks.this_process(),  # rank, local_rank, world_size: none without ranks
         **failures.iter_start_facts(st.epoch == 1),
     )
 

@@ -32,6 +32,7 @@ from ..job.events import (
     K_WORKER_EXIT,
     K_WORKER_START,
 )
+from ..report import loader_labels
 
 # A stream of batches faster than this is measured as a sample (trace::kSampleAbovePerSecond).
 SAMPLE_ABOVE_PER_S = _ext.batch_hook_constants()["sample_above_per_second"]
@@ -93,6 +94,10 @@ def _stream(trace: dict, report=None, on_records=None):
     epochs = _Epochs()
     worker_of_pid: dict[int, tuple[int, int]] = {}
     main_pids: set[int] = set()
+    labels = loader_labels(getattr(report, "loaders", None) or [])
+
+    def label_of(loader: int) -> str:  # "loader 2", or "rank 1 · loader 1" in a multi-rank job
+        return labels.get(loader) or f"loader {loader}"
 
     # First pass: who is who, and the epochs, so every track is named up front.
     sampled: set[tuple[int, int]] = set()  # tracks (pid, tid) that show a sample
@@ -101,24 +106,24 @@ def _stream(trace: dict, report=None, on_records=None):
             epochs.add(loader, t, v3)
             if v1 > 0:
                 main_pids.add(v1)
-                names[(v1, MAIN_LOOP_TID + loader)] = f"loader {loader}: wait / step"
+                names[(v1, MAIN_LOOP_TID + loader)] = f"{label_of(loader)}: wait / step"
         elif kind in (K_WORKER_START, K_WORKER_BATCH) and worker >= 0:
             worker_of_pid[pid] = (loader, worker)
             if weight > 1:
                 sampled.add((pid, pid))
         elif kind == K_WORKER_BATCH:  # the main process fetched it itself (num_workers=0)
             main_pids.add(pid)
-            names[(pid, MAIN_FETCH_TID + loader)] = f"loader {loader}: fetch (num_workers=0)"
+            names[(pid, MAIN_FETCH_TID + loader)] = f"{label_of(loader)}: fetch (num_workers=0)"
             if weight > 1:
                 sampled.add((pid, MAIN_FETCH_TID + loader))
         elif kind == K_MAIN_BATCH:
             main_pids.add(pid)
-            names.setdefault((pid, MAIN_LOOP_TID + loader), f"loader {loader}: wait / step")
+            names.setdefault((pid, MAIN_LOOP_TID + loader), f"{label_of(loader)}: wait / step")
             if weight > 1:
                 sampled.add((pid, MAIN_LOOP_TID + loader))
     epochs.finish()
     for pid, (loader, worker) in worker_of_pid.items():
-        names[(pid, None)] = f"loader {loader} worker {worker} (pid {pid})"
+        names[(pid, None)] = f"{label_of(loader)} worker {worker} (pid {pid})"
         names[(pid, pid)] = f"worker {worker}: fetch"
         sort_index[pid] = 100 + loader * 1000 + worker
     for pid in main_pids:

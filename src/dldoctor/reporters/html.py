@@ -14,6 +14,7 @@ import html
 import math
 
 from ..errors import DldoctorError
+from ..report import loader_label, loader_labels
 from . import loader_table
 from .terminal import _LOADER_COLUMNS, _fmt, format_evidence_value
 
@@ -178,7 +179,7 @@ def _loaders(report) -> str:
     if not report.loaders:
         return ""
     shown, rest = loader_table.pick(report.loaders, report.findings, loader_table.MAX_SHOWN_HTML)
-    head = "".join(f"<th>loader {html.escape(str(ld.get('id', '?')))}</th>" for ld in shown)
+    head = "".join(f"<th>{html.escape(loader_label(ld))}</th>" for ld in shown)
     rows = []
     for header, key, spec in _LOADER_COLUMNS[1:]:
         cells = []
@@ -290,6 +291,7 @@ def _charts(report, go) -> list[tuple[str, list]]:
         return []
     sections: list[tuple[str, list]] = []
     line = {"mode": "lines", "line": {"width": 1.6}}
+    labels = loader_labels(report.loaders)
 
     loop = []
     loaders = [ld for ld in s.get("loaders") or [] if _has(ld.get("batches_per_s"))]
@@ -297,7 +299,12 @@ def _charts(report, go) -> list[tuple[str, list]]:
         fig = go.Figure()
         for ld in loaders:
             fig.add_trace(
-                go.Scatter(x=t, y=ld["batches_per_s"], name=f"loader {ld['loader']}", **line)
+                go.Scatter(
+                    x=t,
+                    y=ld["batches_per_s"],
+                    name=labels.get(ld["loader"], f"loader {ld['loader']}"),
+                    **line,
+                )
             )
         _layout(fig, "Batches per second (handed to the training loop)", "batches/s")
         loop.append(("chart-batches", "batches/s", fig, None))
@@ -306,7 +313,12 @@ def _charts(report, go) -> list[tuple[str, list]]:
         fig = go.Figure()
         for ld in stalls:
             fig.add_trace(
-                go.Scatter(x=t, y=ld["data_stall_pct"], name=f"loader {ld['loader']}", **line)
+                go.Scatter(
+                    x=t,
+                    y=ld["data_stall_pct"],
+                    name=labels.get(ld["loader"], f"loader {ld['loader']}"),
+                    **line,
+                )
             )
         _layout(
             fig,

@@ -22,6 +22,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
+from ..report import loader_label
+
 REFRESH_S = 0.5  # "about twice a second"
 # The streaming verdict looks at the last ~10 s: recomputing it every 2 s is plenty, and it
 # is the costliest figure of a frame (every rule over the recent window).
@@ -203,8 +205,9 @@ class LiveView:
         return Group(t, cmd)
 
     def _loaders(self, fig: dict) -> Group:
+        ranks = getattr(self.watcher, "ranks", None) or {}  # loader id -> its rank's fields
         cols = [
-            (" loader", 7, "<"),
+            (" loader", 19 if ranks else 7, "<"),
             ("workers", 8, ">"),
             ("batches", 9, ">"),
             ("batches/s", 10, ">"),
@@ -222,7 +225,7 @@ class LiveView:
                 _row(
                     cols,
                     [
-                        f" {ld.get('loader')}",
+                        f" {_loader_name(ld.get('loader'), ranks)}",
                         str(ld.get("num_workers")),
                         str(ld.get("batches")),
                         "-" if bps is None else f"{bps:.1f}",
@@ -236,7 +239,7 @@ class LiveView:
 
     def _workers(self, fig: dict) -> Group:
         cols = [
-            (" process", 20, "<"),
+            (" process", 30 if getattr(self.watcher, "ranks", None) else 20, "<"),
             ("pid", 8, ">"),
             ("  state", 13, "<"),
             ("CPU (of a core)", 18, "<"),
@@ -250,8 +253,9 @@ class LiveView:
             key=lambda p: (p.get("role") == "main", p.get("loader") or 0, p.get("worker") or 0),
         )
         for p in procs[:32]:  # a screenful; the HTML report has them all
+            ranks = getattr(self.watcher, "ranks", None) or {}
             name = (
-                f" loader {p['loader']} worker {p['worker']}"
+                f" {_loader_name(p['loader'], ranks, True)} worker {p['worker']}"
                 if p.get("role") == "worker"
                 else " main"
             )
@@ -326,6 +330,14 @@ def _gpu_rows(fig: dict) -> list[tuple[str, Text]]:
 
 # Plain text columns, not rich Tables: a table's layout costs ~5 ms a frame, lines ~0.5 ms,
 # and the panel redraws twice a second for the whole run.
+def _loader_name(loader, ranks: dict, long: bool = False) -> str:
+    """The loader's id (a job without ranks, as before), or "rank R · loader M"."""
+    rank = ranks.get(loader)
+    if rank is None:
+        return f"loader {loader}" if long else str(loader)
+    return loader_label({"id": loader, **rank})
+
+
 def _header(cols) -> Text:
     return _row(cols, [c[0] for c in cols], style="bold")
 

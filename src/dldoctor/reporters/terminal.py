@@ -11,6 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..report import loader_label
 from . import loader_table
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -78,7 +79,7 @@ def _loader_table(loaders: list[dict]) -> Table:
     table = Table(title="DataLoaders", title_justify="left", show_edge=False)
     table.add_column("", style="bold")
     for ld in loaders:
-        table.add_column(f"loader {ld.get('id', '?')}", justify="right")
+        table.add_column(loader_label(ld), justify="right")
     for header, key, spec in _LOADER_COLUMNS[1:]:
         row = [header]
         for ld in loaders:

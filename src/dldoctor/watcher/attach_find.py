@@ -14,17 +14,9 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import DldoctorError
+from ..ranks import rank_of
 
 WORKER_COMM = "pt_data_worker"  # torch.utils.data._utils.worker._worker_loop names its process
-# Environment variables that name a process's rank (torchrun, Lightning, accelerate, SLURM,
-# Open MPI), as issue 12 lists them.
-RANK_VARS = {
-    "rank": ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"),
-    "local_rank": ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    "world_size": ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"),
-    "local_world_size": ("LOCAL_WORLD_SIZE",),
-    "group_rank": ("GROUP_RANK",),
-}
 # Exit codes of `dldoctor attach` for a pid it cannot diagnose (README, `attach --help`).
 EXIT_NO_PROCESS = 3
 EXIT_NOT_PYTHON = 4
@@ -146,17 +138,6 @@ def read_environ(pid: int) -> dict[str, str] | None:
         if sep:
             env[key.decode(errors="replace")] = value.decode(errors="replace")
     return env
-
-
-def rank_of(env: dict[str, str] | None) -> dict:
-    out = {}
-    for name, keys in RANK_VARS.items():
-        for k in keys:
-            v = (env or {}).get(k)
-            if v is not None and v.strip().lstrip("-").isdigit():
-                out[name] = int(v)
-                break
-    return out
 
 
 _PY_NAME = re.compile(r"^(python|pypy)[0-9.]*[a-z]?$")

@@ -15,6 +15,7 @@ import time
 
 from .. import report as _report
 from ..errors import DldoctorError
+from ..ranks import RANK_VARS
 from . import failure_notes as _failure_notes
 from .sidelog_tail import SideLogTail
 
@@ -58,9 +59,13 @@ class Watcher:
         self.side = SideLogTail(self.run_dir)
         self.failures = _failure_notes.FailureNotes(self.monitor, self.run_dir)
         self.side_records: list[dict] = []
+        self.ranks: dict[int, dict] = {}  # loader id -> its main process's rank (multi-rank)
         self.facts: dict = {}
         self.started_ns: int | None = None
         self._first_named: str | None = None
+        # The early notices printed while the job ran ({id, title, seen_s, held_until_s}):
+        # the final report names each one it does not confirm.
+        self.notices: list[dict] = []
 
     # -- setup -----------------------------------------------------------------------
     def child_env(self, base: dict | None = None) -> dict:
@@ -103,6 +108,10 @@ class Watcher:
                     main_threads=threads.get("active"),
                     main_thread_names=[str(n) for n in names],
                 )
+                rank = {k: rec[k] for k in RANK_VARS if isinstance(rec.get(k), int)}
+                if rank:
+                    self.monitor.note_rank(int(rec["loader"]), **rank)
+                    self._note_rank(int(rec["loader"]), rank)
             if rec.get("type") == "profile" and rec.get("loader") is not None:
                 functions = [f for f in rec.get("functions") or [] if _user_function(f)]
                 self.monitor.add_hot_functions(int(rec["loader"]), functions)
@@ -113,6 +122,16 @@ class Watcher:
             if rec.get("type") == "slow_batch" and rec.get("loader") is not None:
                 self.monitor.note_slow_batch(int(rec["loader"]), rec)
 
+    def _note_rank(self, loader: int, rank: dict) -> None:
+        """The live view's loader names: its rank and its number among that rank's loaders."""
+        shown = rank.get("rank", rank.get("local_rank"))
+        same = [i for i, r in self.ranks.items() if r.get("shown") == shown and i != loader]
+        self.ranks[loader] = {
+            **rank,
+            "shown": shown,
+            "rank_loader": 1 + sum(1 for i in same if i < loader),
+        }
+
     def streaming_verdict(self) -> tuple[str, dict | None]:
         decided = self.monitor.decide(False)
         verdict, findings = decided["verdict"], decided["findings"]
@@ -120,17 +139,30 @@ class Watcher:
         return verdict, top
 
     def newly_named(self) -> dict | None:
-        """The first critical finding of the run, once: for an early one-line notice."""
-        if self._first_named is not None:
-            return None
+        """The first critical finding of the run, once: for an early one-line notice. Later
+        looks only follow whether the notice still holds (for the final report's word on it)."""
         now = time.monotonic_ns()
         if now < self._next_named_ns:
             return None
         self._next_named_ns = now + NAMED_EVERY_NS
-        verdict, top = self.streaming_verdict()
-        if top is None or verdict in ("healthy", "unknown"):
+        if self._first_named is not None and not self.notices:
             return None
+        decided = self.monitor.decide(False)
+        verdict, findings = decided["verdict"], decided["findings"]
+        t_s = round((now - (self.started_ns or now)) / 1e9, 1)
+        held = {f["id"] for f in findings if f.get("severity") == "critical"}
+        for n in self.notices:
+            if n["id"] in held:
+                n["held_until_s"] = t_s
+        if self._first_named is not None:
+            return None
+        if not findings or verdict in ("healthy", "unknown"):
+            return None
+        top = findings[0]
         self._first_named = verdict
+        self.notices.append(
+            {"id": top["id"], "title": top["title"], "seen_s": t_s, "held_until_s": t_s}
+        )
         return top
 
     def new_risks(self) -> list[dict]:
@@ -163,6 +195,8 @@ class Watcher:
         decided = self.monitor.decide(True)
         hang = self.monitor.last_hang()
         loaders = self.monitor.loaders()
+        # A multi-rank job's loaders by rank, then by their number in it (ids are job-wide).
+        loaders.sort(key=lambda ld: (ld.get("rank", -1), ld.get("rank_loader", 0), ld["id"]))
         report = _report.Report(
             verdict=decided["verdict"],
             findings=decided["findings"],
@@ -173,6 +207,10 @@ class Watcher:
             hang=_hang_section(hang, self.monitor.hang_timeout_s) if hang else None,
         )
         report.series = series_section(self.monitor.series())
+        report.notices = resolve_notices(self.notices, report.findings)
+        for n in report.notices:
+            if not n["confirmed"]:
+                report.notes.append(notice_text(n))
         report.notes.extend(getattr(self, "notes_extra", []))
         if decided["verdict"] == "unknown":
             report.notes.append("no DataLoader was seen in this job: nothing to diagnose")
@@ -209,6 +247,27 @@ def _user_function(f: dict) -> bool:
     if "<listcomp>" in name or "<genexpr>" in name:
         return False
     return not any(p in where for p in _FRAMEWORK_PATHS)
+
+
+def resolve_notices(notices: list[dict], findings: list[dict]) -> list[dict]:
+    """Each early notice with whether the report confirms it: a finding of its id at warning
+    or critical over the whole run."""
+    loud = {f["id"] for f in findings if f.get("severity") in ("critical", "warning")}
+    return [{**n, "confirmed": n["id"] in loud} for n in notices]
+
+
+def notice_text(n: dict) -> str:
+    """The report's word on a notice it does not confirm: what was seen, when, until when."""
+    held = n.get("held_until_s")
+    until = (
+        f"no longer held after {held} s"
+        if held is not None and held > n["seen_s"]
+        else "not held after it was seen"
+    )
+    return (
+        f"early notice {n['id']} ({n['title']}), seen at {n['seen_s']} s, {until}: the whole "
+        f"run does not show it"
+    )
 
 
 def series_section(series: dict) -> dict:

@@ -254,18 +254,25 @@ ProcessReading read_process(const ProcessCapture& p, const LoaderContext* loader
   return r;
 }
 
+bool iterated_by(const LoaderContext& l, int main_pid) noexcept {
+  return l.main_pid <= 0 || l.main_pid == main_pid;
+}
+
 int effective_loader(const ProcessCapture& p, const HangContext& context) noexcept {
   if (p.worker >= 0 || p.loader >= 0) return p.loader;
-  int in_process = -1;
-  int count = 0;
+  // Several main processes (one per rank): only the loaders this one iterates.
+  int in_process = -1, count = 0, mine = 0, only = -1;
   for (const LoaderContext& l : context.loaders) {
+    if (!iterated_by(l, p.pid)) continue;
+    ++mine;
+    only = l.loader;
     if (l.num_workers && *l.num_workers == 0) {
       in_process = l.loader;
       ++count;
     }
   }
   if (count == 1) return in_process;
-  if (context.loaders.size() == 1) return context.loaders.front().loader;
+  if (mine == 1) return only;
   return -1;
 }
 

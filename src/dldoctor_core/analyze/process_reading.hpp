@@ -63,8 +63,11 @@ struct ProcessReading {
 ProcessReading read_process(const ProcessCapture& p, const LoaderContext* loader);
 
 /// The loader a process works for: its own id for a worker; for the main process, the one
-/// loader that runs in-process (num_workers == 0) or the only loader; -1 when ambiguous.
+/// of its loaders that runs in-process (num_workers == 0) or its only loader; -1 when
+/// ambiguous. A multi-rank job has a main process per rank, each with its own loaders.
 int effective_loader(const ProcessCapture& p, const HangContext& context) noexcept;
+/// Whether the main process `main_pid` iterates `l` (true when l's main process is unknown).
+bool iterated_by(const LoaderContext& l, int main_pid) noexcept;
 
 /// What a synchronization frame waits on ("lock", "queue" ...), or "" (exposed for tests).
 std::string sync_wait_of(const PyFrame& f);

@@ -18,6 +18,7 @@
 #include "dldoctor_core/analyze/rules/shm_exhausted.hpp"
 #include "dldoctor_core/analyze/rules/slow_collate.hpp"
 #include "dldoctor_core/analyze/rules/slow_getitem.hpp"
+#include "dldoctor_core/analyze/rules/straggler_rank.hpp"
 #include "dldoctor_core/analyze/rules/straggler_worker.hpp"
 #include "dldoctor_core/analyze/rules/thread_oversubscription.hpp"
 #include "dldoctor_core/analyze/rules/too_many_workers.hpp"
@@ -63,6 +64,9 @@ std::vector<report::Finding> run_rules(const JobView& job) {
   emit(out, cuda_oom_risk::detect(job));
   emit(out, fd_limit::detect(job));
   emit(out, worker_died::detect(job));
+  // Last: the rank that gates a data-parallel job, named with what the rules above found
+  // about its loader.
+  emit(out, straggler_rank::detect(job, out));
   order_findings(out);
   return out;
 }
@@ -78,6 +82,7 @@ std::vector<report::Finding> classify_hang(const watchdog::HangSnapshot& snapsho
   if (out.empty()) emit(out, main_process_bound::detect_at_hang(snapshot, context));
   // The main process waits inside a loader no finding explains: still a hang, say so.
   emit(out, worker_hang::detect_unexplained(snapshot, context, std::move(explained)));
+  worker_hang::note_waiting_ranks(out, snapshot, context);
   order_findings(out);
   return out;
 }

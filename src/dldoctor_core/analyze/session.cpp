@@ -3,9 +3,11 @@
 #include "dldoctor_core/analyze/session.hpp"
 
 #include <algorithm>
+#include <cctype>
 
 #include "dldoctor_core/analyze/data_bound.hpp"
 #include "dldoctor_core/analyze/rules.hpp"
+#include "dldoctor_core/analyze/text.hpp"
 #include "dldoctor_core/analyze/verdict.hpp"
 
 namespace dldoctor::analyze {
@@ -20,8 +22,7 @@ void Session::set_data_storage(const system::StorageFacts& storage) {
   storage_ = storage;
 }
 
-void Session::touch_worker_locked(uint16_t loader, int worker, int pid, int64_t t_ns,
-                                  bool exited) {
+void Session::touch_worker_locked(uint16_t loader, int worker, int pid, int64_t t_ns, bool exited) {
   if (pid <= 0 || worker < 0) return;
   auto it = worker_pids_.find(pid);
   if (it == worker_pids_.end()) {
@@ -264,7 +265,8 @@ WorkerFetch worker_fetch(int id, const WorkerTrack& wt, int64_t from) {
     f.batches = wt.timed;
   } else {
     for (size_t i = 0; i < wt.recent_fetch_ns.size() && i < wt.recent_end_ns.size(); ++i)
-      if (wt.recent_end_ns.newest(i) >= from) ms.push_back(double(wt.recent_fetch_ns.newest(i)) / 1e6);
+      if (wt.recent_end_ns.newest(i) >= from)
+        ms.push_back(double(wt.recent_fetch_ns.newest(i)) / 1e6);
     f.batches = int64_t(ms.size());
   }
   f.p50_ms = quantile(ms, 0.5);
@@ -292,6 +294,8 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
     LoaderView l;
     l.loader = id;
     l.config = track.config();
+    if (auto r = ranks_.find(id); r != ranks_.end()) l.rank = r->second;
+    l.rank_loader = rank_loader_locked(id);
     const MainSums m = v.whole_run ? track.main_total() : track.main_between(v.from_ns, v.to_ns);
     const WorkerSums ws =
         v.whole_run ? track.worker_total() : track.worker_between(v.from_ns, v.to_ns);
@@ -372,6 +376,7 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
       l.fetchers = procs_.aggregate(l.worker_pids, from, v.to_ns);
     else if (l.config.main_pid > 0)
       l.fetchers = procs_.aggregate({l.config.main_pid}, from, v.to_ns);
+    if (l.config.main_pid > 0) l.main = procs_.aggregate({l.config.main_pid}, from, v.to_ns);
     if (auto it = hot_.find(id); it != hot_.end()) l.hot_functions = it->second;
     configured_workers += l.config.num_workers;
     v.loaders.push_back(std::move(l));
@@ -381,8 +386,8 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
   // configured counts of the loaders active in the window.
   if (!v.total_workers && any_worker_batches) v.total_workers = configured_workers;
   if (!v.total_workers && !v.loaders.empty() && configured_workers == 0) v.total_workers = 0;
-  v.all_workers = procs_.aggregate(worker_pids_locked(std::nullopt, v.from_ns, v.to_ns), from,
-                                   v.to_ns);
+  v.all_workers =
+      procs_.aggregate(worker_pids_locked(std::nullopt, v.from_ns, v.to_ns), from, v.to_ns);
   v.main_process = procs_.aggregate(main_pids, from, v.to_ns);
   v.machine = procs_.machine(from, v.to_ns);
   v.failures = failures_.view(from, v.to_ns);
@@ -399,7 +404,55 @@ JobView Session::view(int64_t now_ns, Window w) const {
 
 std::vector<report::Finding> Session::findings(int64_t now_ns, Window w) const {
   JobView v = view(now_ns, w);  // rules run outside the lock: ingest is never held up
-  return run_rules(v);
+  std::vector<report::Finding> out = run_rules(v);
+  label_ranks(out);
+  return out;
+}
+
+void Session::note_rank(uint16_t loader, RankId rank) {
+  if (!rank.known()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  ranks_[loader] = rank;
+}
+
+int Session::rank_of(uint16_t loader) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = ranks_.find(loader);
+  return it == ranks_.end() ? -1 : it->second.shown();
+}
+
+int Session::rank_loader_locked(uint16_t loader) const {
+  auto it = ranks_.find(loader);
+  if (it == ranks_.end() || !it->second.known()) return 0;
+  int n = 0;
+  for (const auto& [id, r] : ranks_)  // loader ids grow in creation order, job-wide
+    if (id <= loader && r.known() && r.shown() == it->second.shown()) ++n;
+  return n;
+}
+
+void Session::label_ranks(std::vector<report::Finding>& findings) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (report::Finding& f : findings) {
+    if (f.loader < 0) continue;
+    auto it = ranks_.find(uint16_t(f.loader));
+    if (it == ranks_.end() || !it->second.known()) continue;
+    f.rank = it->second.shown();
+    // "Loader 3: ..." / "Worker 0 of loader 3 ...": the job-wide id becomes the rank's own.
+    const int n = rank_loader_locked(uint16_t(f.loader));
+    for (bool capital : {true, false}) {
+      const std::string plain = loader_label(-1, f.loader, capital);
+      for (size_t at = f.title.find(plain); at != std::string::npos;
+           at = f.title.find(plain, at + 1)) {
+        const size_t end = at + plain.size();
+        if (end < f.title.size() && std::isdigit(uint8_t(f.title[end]))) continue;  // loader 31
+        if (at > 0 && std::isalnum(uint8_t(f.title[at - 1]))) continue;
+        if (at >= 3 && f.title.compare(at - 3, 3, "\xc2\xb7 ") == 0) continue;  // labelled
+        const std::string label = loader_label(f.rank, n, capital);
+        f.title.replace(at, plain.size(), label);
+        at += label.size() - 1;
+      }
+    }
+  }
 }
 
 std::string Session::verdict(const std::vector<report::Finding>& findings) {
@@ -414,6 +467,8 @@ std::vector<LoaderSummary> Session::loaders() const {
     LoaderSummary s;
     s.id = id;
     s.config = track.config();
+    if (auto r = ranks_.find(id); r != ranks_.end()) s.rank = r->second;
+    s.rank_loader = rank_loader_locked(id);
     s.epochs = track.epochs_started();
     s.batches = track.main_total().batches;
     s.worker_exceptions = track.exceptions();

@@ -47,6 +47,8 @@ struct WorkerSummary {
 struct LoaderSummary {
   uint16_t id = 0;
   LoaderConfig config;
+  RankId rank;          ///< of its main process (unknown: a job without ranks)
+  int rank_loader = 0;  ///< its number among its rank's loaders (0: no rank)
   int64_t epochs = 0;
   int64_t batches = 0;                         ///< handed to the consumer
   std::optional<double> batches_per_s;         ///< over the loop's own time (wait + step)
@@ -95,6 +97,13 @@ class Session {
   void note_slow_batch(uint16_t loader, SlowBatchNote note);
   /// The thread pools mapped into a process (read by the monitor once per worker).
   void note_thread_pools(int pid, sample::ThreadPools pools);
+  /// The rank of `loader`'s main process (from the side log's iter_start record).
+  void note_rank(uint16_t loader, RankId rank);
+  /// Findings about a loader of a known rank carry that rank, and their title names it
+  /// ("Rank 1 · loader 1: ..." for "Loader 3: ..."); the others are left as they are.
+  void label_ranks(std::vector<report::Finding>& findings) const;
+  /// The rank `loader`'s main process shows (RankId::shown), -1 when none is known.
+  int rank_of(uint16_t loader) const;
   /// torch.get_num_threads() as a worker reported it.
   void note_torch_threads(int pid, int threads);
   /// Whether `pid` is known as a DataLoader worker (from its events).
@@ -135,6 +144,8 @@ class Session {
   std::vector<int> worker_pids_locked(std::optional<uint16_t> loader, int64_t from,
                                       int64_t to) const;
   std::optional<int> peak_workers_locked(int64_t from, int64_t to) const;
+  /// `loader`'s number among the loaders of its rank (1 first), 0 when its rank is unknown.
+  int rank_loader_locked(uint16_t loader) const;
 
   mutable std::mutex mu_;
   system::Facts facts_;
@@ -149,6 +160,7 @@ class Session {
   std::map<uint16_t, DatasetNotes> datasets_;
   std::map<uint16_t, std::vector<SlowBatchNote>> slow_notes_;
   std::unordered_map<int, WorkerPools> pools_;
+  std::map<uint16_t, RankId> ranks_;  ///< loader -> its main process's rank
   int64_t first_ns_ = 0;
   int64_t latest_ns_ = 0;
   int64_t events_ = 0;

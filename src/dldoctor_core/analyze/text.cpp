@@ -54,4 +54,10 @@ std::string signal_name(int signal) {
   return "signal " + std::to_string(signal);
 }
 
+std::string loader_label(int rank, int loader, bool capital) {
+  if (rank < 0) return std::string(capital ? "Loader " : "loader ") + std::to_string(loader);
+  return std::string(capital ? "Rank " : "rank ") + std::to_string(rank) + " \xc2\xb7 loader " +
+         std::to_string(loader);
+}
+
 }  // namespace dldoctor::analyze

@@ -18,6 +18,10 @@ std::string bytes_text(double bytes);
 /// "12.5 s" style seconds for titles (whole seconds above 10 s).
 std::string seconds(double s);
 
+/// "rank 1 · loader 2" ("Rank 1 · loader 2" with `capital`): a loader of a multi-rank job,
+/// numbered among its rank's loaders; "loader N" / "Loader N" when rank < 0 (no ranks).
+std::string loader_label(int rank, int loader, bool capital = false);
+
 /// Signal number to name: 9 -> "SIGKILL"; "signal N" when unnamed.
 std::string signal_name(int signal);
 

@@ -3,6 +3,7 @@
 // they can be tested with hand-made views as well as with recorded streams.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -108,10 +109,25 @@ struct StackShares {
   int64_t failed_samples = 0; ///< samples that could not be read: counted, never guessed
 };
 
+/// The rank of a loader's main process in a multi-rank job (torchrun, Lightning, accelerate,
+/// SLURM, MPI), from that process's environment or torch.distributed; empty fields unknown.
+struct RankId {
+  std::optional<int> rank;        ///< global rank
+  std::optional<int> local_rank;  ///< rank on this node
+  std::optional<int> world_size;
+  std::optional<int> local_world_size;
+  std::optional<int> group_rank;  ///< the node's rank (torchrun's GROUP_RANK)
+  bool known() const noexcept { return rank.has_value() || local_rank.has_value(); }
+  /// The rank a report names: the global one, else the local one.
+  int shown() const noexcept { return rank ? *rank : local_rank.value_or(-1); }
+};
+
 /// One loader over one window.
 struct LoaderView {
   uint16_t loader = 0;
   LoaderConfig config;
+  RankId rank;                  ///< of its main process (unknown: a job without ranks)
+  int rank_loader = 0;          ///< its number among its rank's loaders, 1 first (0: no rank)
   int64_t batches = 0;          ///< handed to the consumer in the window
   int64_t stepped_batches = 0;  ///< of those, with a measured consumer step
   double loop_s = 0;            ///< wait + step of the stepped batches
@@ -145,6 +161,7 @@ struct LoaderView {
   /// Sampler figures of the processes that fetch: the workers, or the main process when
   /// num_workers=0.
   ProcAgg fetchers;
+  ProcAgg main;  ///< sampler figures of its main process (a rank's main process per rank)
   std::vector<HotFunction> hot_functions;  ///< hottest first
 
   // Beyond the field guide's causes: memory, startup, stragglers, thread pools.
@@ -201,6 +218,16 @@ struct JobView {
   /// Deaths, error texts and runtime facts of the job (failure rules).
   FailureView failures;
   GpuView gpu;  ///< NVML's view of the GPUs (analyze/gpu_idle says which are the job's)
+
+  /// Ranks seen among the loaders (1 for a job without ranks): the node's main processes
+  /// that each feed their own loaders.
+  int ranks() const noexcept {
+    std::vector<int> seen;
+    for (const LoaderView& l : loaders)
+      if (l.rank.known() && std::find(seen.begin(), seen.end(), l.rank.shown()) == seen.end())
+        seen.push_back(l.rank.shown());
+    return seen.empty() ? 1 : int(seen.size());
+  }
 
   /// CPUs the workers may use: facts.cpu.usable, else the affinity count. Never the
   /// machine's CPU count: a cgroup quota or taskset makes that a lie.

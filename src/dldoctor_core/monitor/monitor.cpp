@@ -284,6 +284,8 @@ watchdog::WatchState Monitor::watch_state() {
     }
     c.batches_returned = l.returned;
     c.timeout_s = l.timeout_ms / 1000.0;
+    c.main_pid = l.main_pid;
+    c.rank = session_.rank_of(id);
     st.context.loaders.push_back(std::move(c));
   }
   return st;
@@ -313,13 +315,15 @@ std::optional<watchdog::HangSnapshot> Monitor::last_hang() const {
 
 std::vector<report::Finding> Monitor::last_hang_findings() const {
   if (!watchdog_) return {};
-  return watchdog_->last_findings();
+  std::vector<report::Finding> out = watchdog_->last_findings();
+  session_.label_ranks(out);
+  return out;
 }
 
 analyze::Decision Monitor::decide(analyze::Window w) const {
   std::vector<report::Finding> findings = session_.findings(0, w);
   const bool hung = w == analyze::Window::kWholeRun && watchdog_ && watchdog_->hangs() > 0;
-  if (hung) findings = analyze::with_hang(std::move(findings), watchdog_->last_findings());
+  if (hung) findings = analyze::with_hang(std::move(findings), last_hang_findings());
   return analyze::decide(std::move(findings), session_.any_loader(), hung);
 }
 

@@ -67,6 +67,7 @@ struct Finding {
   std::string fix;
   std::string why;
   int loader = -1;             ///< the loader it is about, -1 for the whole job
+  int rank = -1;               ///< the rank it is about (multi-rank jobs), -1 none or the job
   Tier tier = Tier::kMeasure;  ///< ranks findings of one severity before the score
   double score = 0;  ///< orders findings of one severity and tier: larger is more important
 

@@ -69,6 +69,8 @@ struct LoaderContext {
   /// Batches each worker has returned so far, when known (0 = still before its first batch).
   std::map<int, int64_t> batches_returned;
   std::optional<double> timeout_s;  ///< the DataLoader's own `timeout` (0 = waits forever)
+  int main_pid = 0;                 ///< the main process that iterates it (0 unknown; one per rank)
+  int rank = -1;  ///< that main process's rank in a multi-rank job (-1: none known)
 };
 
 /// What the analysis made of one capture.

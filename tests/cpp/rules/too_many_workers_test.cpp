@@ -107,5 +107,51 @@ TEST(AnalyzeTooManyWorkers, SplitsTheBudgetAcrossLoaders) {
   EXPECT_NE(fs[0].fix.find("loader 1 num_workers=1"), std::string::npos) << fs[0].fix;
 }
 
+// Two ranks of one node (torchrun --nproc-per-node 2), three workers each: the node's workers
+// are both ranks', and each rank's loader gets the same per-rank count.
+std::unique_ptr<Run> two_ranks(int workers, double usable) {
+  auto r = std::make_unique<Run>();
+  r->s.set_facts(facts(usable));
+  std::vector<Proc> ps;
+  for (int rank = 0; rank < 2; ++rank) {
+    Loader l = oversubscribed();
+    l.id = uint16_t(rank + 1);
+    l.num_workers = workers;
+    l.main_pid = 1000 + 100 * rank;
+    l.worker_pid0 = 2000 + 100 * rank;
+    r->s.note_rank(l.id, RankId{rank, rank, 2, 2, 0});
+    feed(r->s, l, kT0, 20);
+    for (const Proc& p : procs(l, 60.0, 33.0, 60.0, 200.0)) ps.push_back(p);
+  }
+  feed_passes(r->s, kT0, 20, ps);
+  r->whole = r->s.findings(0, Window::kWholeRun);
+  return r;
+}
+
+TEST(AnalyzeTooManyWorkers, CountsEveryRanksWorkersAndPrescribesPerRank) {
+  auto r = two_ranks(3, 2);
+  ASSERT_EQ(Session::verdict(r->whole), "too_many_workers");
+  const report::Finding& f = *find(r->whole, "too_many_workers");
+  EXPECT_EQ(*num(f, "total_workers"), 6);  // 3 per rank, both ranks
+  EXPECT_EQ(*num(f, "ranks"), 2);
+  EXPECT_FALSE(num(f, "recommended_num_workers"));
+  // (floor(2) - 2 main processes) / 2 ranks, at least 1: and even that oversubscribes.
+  EXPECT_EQ(*num(f, "recommended_num_workers_per_rank"), 1);
+  EXPECT_NE(f.fix.find("num_workers=1 in each rank's loader"), std::string::npos) << f.fix;
+  EXPECT_NE(f.fix.find("Even that oversubscribes"), std::string::npos) << f.fix;
+  EXPECT_NE(f.title.find("of 2 ranks"), std::string::npos) << f.title;
+  EXPECT_EQ(f.loader, -1);  // about the node, not one rank
+  EXPECT_EQ(f.rank, -1);
+}
+
+TEST(AnalyzeTooManyWorkers, PerRankCountFromTheCoresLeftAfterEveryMainProcess) {
+  auto r = two_ranks(6, 8);
+  const report::Finding* f = find(r->whole, "too_many_workers");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(*num(*f, "total_workers"), 12);
+  EXPECT_EQ(*num(*f, "recommended_num_workers_per_rank"), 3);  // (8 - 2) / 2
+  EXPECT_EQ(f->fix.find("Even that"), std::string::npos) << f->fix;
+}
+
 }  // namespace
 }  // namespace dldoctor::analyze

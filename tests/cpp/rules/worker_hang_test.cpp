@@ -198,5 +198,64 @@ TEST(WatchdogRules, WorkersExitingWhileTheIteratorEndsAreAShutdownNotADeath) {
   EXPECT_NE(find(classify_hang(early, context("spawn", 2)), "worker_died"), nullptr);
 }
 
+// Two ranks (torchrun): rank 1's worker is stuck in __getitem__ and its main process waits in
+// its loader; rank 0's main process waits for rank 1 in the gradient all-reduce (backward).
+// The finding is about rank 1's loader and says rank 0 waits for it; rank 0's own loader,
+// whose worker is idle and whose main process is not in it, is not a second hang.
+constexpr const char* kMainInBackward =
+    R"(Current thread 0x00007f955c61db80 (most recent call first):
+  File "/py/site-packages/torch/autograd/graph.py", line 979 in _engine_run_backward
+  File "/py/site-packages/torch/autograd/__init__.py", line 395 in backward
+  File "/py/site-packages/torch/_tensor.py", line 623 in backward
+  File "/home/u/train.py", line 39 in train
+)";
+
+wd::HangContext two_ranks() {
+  wd::HangContext c = context("fork");
+  c.loaders[0].loader = 1;
+  c.loaders[0].num_workers = 1;
+  c.loaders[0].main_pid = 200;
+  c.loaders[0].rank = 0;
+  c.loaders[0].waiting_worker = 0;
+  c.loaders[0].outstanding.clear();
+  wd::LoaderContext l = c.loaders[0];
+  l.loader = 2;
+  l.main_pid = 100;
+  l.rank = 1;
+  l.waiting_batch = 0;
+  c.loaders.push_back(l);
+  return c;
+}
+
+TEST(WatchdogRules, AStuckRankIsNamedAndTheOthersWaitForItInTheCollective) {
+  auto snap = snapshot({process(100, -1, -1, kMainWaiting, "S", "poll"),
+                        process(101, 2, 0, kWorkerInGetitem),
+                        process(200, -1, -1, kMainInBackward, "S", "futex"),
+                        process(201, 1, 0, kWorkerIdle, "S", "poll")});
+  auto findings = classify_hang(snap, two_ranks());
+  ASSERT_EQ(ids(findings), std::vector<std::string>{"worker_hang"});  // not rank 0's loader
+  const Finding& f = findings[0];
+  EXPECT_EQ(f.loader, 2);
+  EXPECT_EQ(text(f, "stage"), "getitem");
+  EXPECT_EQ(text(f, "waiting_ranks"), "0");
+  EXPECT_EQ(text(f, "waiting_rank_frames"),
+            "rank 0 (pid 200): /py/site-packages/torch/autograd/graph.py:979 in "
+            "_engine_run_backward");
+  EXPECT_NE(f.title.find("; rank 0 waits for it in the collective"), std::string::npos) << f.title;
+  EXPECT_NE(f.why.find("Fix rank 1 and every rank moves again"), std::string::npos) << f.why;
+}
+
+TEST(WatchdogRules, WithoutRanksNoRankIsSaidToWait) {
+  wd::HangContext c = two_ranks();
+  for (wd::LoaderContext& l : c.loaders) l.rank = -1;
+  auto snap = snapshot({process(100, -1, -1, kMainWaiting, "S", "poll"),
+                        process(101, 2, 0, kWorkerInGetitem),
+                        process(200, -1, -1, kMainInBackward, "S", "futex"),
+                        process(201, 1, 0, kWorkerIdle, "S", "poll")});
+  auto findings = classify_hang(snap, c);
+  ASSERT_EQ(ids(findings), std::vector<std::string>{"worker_hang"});
+  EXPECT_FALSE(text(findings[0], "waiting_ranks").has_value());
+}
+
 }  // namespace
 }  // namespace dldoctor::analyze

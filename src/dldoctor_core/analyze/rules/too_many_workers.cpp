@@ -49,6 +49,7 @@ std::optional<Evidence> detect(const JobView& job) {
       e.with_workers.emplace_back(l.loader, l.config.num_workers);
   }
   if (stalled_loaders == 0) return std::nullopt;
+  e.ranks = job.ranks();
   e.loader = stalled_loaders == 1 && e.with_workers.size() <= 1 ? stalled_id : -1;
   const double queued = o->runq_delay_pct ? std::min(1.0, *o->runq_delay_pct / 100.0) : 0.5;
   e.rank = {o->proven ? report::Severity::kCritical : report::Severity::kWarning,
@@ -84,9 +85,28 @@ report::Finding finding(const Evidence& e) {
   fix += ": floor(usable CPUs " + num(o.usable_cpus) +
          ") - 1, computed from the CPUs this job may use, never from os.cpu_count().";
 
+  // Every rank runs the same script: one num_workers for each rank's loader, the usable
+  // CPUs less a core per rank's main process, shared by the ranks (what `dldoctor check
+  // --ranks` prescribes).
+  int per_rank = -1;
+  if (e.ranks > 1) {
+    per_rank =
+        std::max(1, (int(std::floor(o.usable_cpus)) - e.ranks * kMainProcessCores) / e.ranks);
+    fix = "Set num_workers=" + std::to_string(per_rank) + " in each rank's loader (" +
+          std::to_string(e.ranks) + " ranks on this node, now " + std::to_string(o.total_workers) +
+          " worker processes in all): (floor(usable CPUs " + num(o.usable_cpus) +
+          ") - 1 per rank for its main process) / " + std::to_string(e.ranks) +
+          " ranks, computed from the CPUs this job may use, never from os.cpu_count().";
+    if (e.ranks * (per_rank + kMainProcessCores) > int(std::floor(o.usable_cpus)))
+      fix +=
+          " Even that oversubscribes: run fewer ranks on this node or give the job more "
+          "CPUs.";
+  }
+
   report::Finding f = report::make_finding("too_many_workers", e.loader, e.rank);
-  f.title = std::to_string(o.total_workers) + " DataLoader workers share " +
-            count_of(o.usable_cpus, "usable CPU") +
+  f.title = std::to_string(o.total_workers) + " DataLoader workers" +
+            (e.ranks > 1 ? " of " + std::to_string(e.ranks) + " ranks" : std::string()) +
+            " share " + count_of(o.usable_cpus, "usable CPU") +
             (o.proven ? ": they queue for a CPU instead of working"
                       : " (contention could not be measured)");
   f.add("data_stall_fraction", e.data_stall_fraction);
@@ -104,7 +124,12 @@ report::Finding finding(const Evidence& e) {
       each += (each.empty() ? "" : ", ") + std::to_string(pid) + ": " + num(pct) + "%";
     f.add("worker_cpu_pct_each", each);
   }
-  if (recommended_one > 0) f.add("recommended_num_workers", double(recommended_one));
+  if (per_rank > 0) {
+    f.add("ranks", double(e.ranks));
+    f.add("recommended_num_workers_per_rank", double(per_rank));
+  } else if (recommended_one > 0) {
+    f.add("recommended_num_workers", double(recommended_one));
+  }
   f.fix = std::move(fix);
   f.why = std::to_string(o.total_workers) + " worker processes compete for " +
           count_of(o.usable_cpus, "usable CPU") + " (affinity and cgroup quota)" +

@@ -44,6 +44,9 @@ struct Evidence {
   Oversubscription over;
   double data_stall_fraction = 0;                 ///< the highest of the stalled loaders
   std::vector<std::pair<int, int>> with_workers;  ///< (loader, num_workers) of those with workers
+  /// Ranks on this node whose loaders have workers (1 without ranks): the node's workers are
+  /// every rank's, and each rank keeps a core for its main process.
+  int ranks = 1;
   std::optional<double> worker_cpu_pct;
   std::vector<std::pair<int, double>> worker_cpu_pct_each;  ///< (pid, %)
 };

@@ -184,7 +184,8 @@ std::vector<Unexplained> detect_unexplained(const watchdog::HangSnapshot& snapsh
       waiting.push_back(loader);
     } else {
       for (const watchdog::LoaderContext& l : context.loaders)
-        if (l.waiting_batch || l.waiting_worker) waiting.push_back(l.loader);
+        if ((l.waiting_batch || l.waiting_worker) && iterated_by(l, p.pid))
+          waiting.push_back(l.loader);
     }
     for (int l : waiting) {
       if (loader_workers_busy(snapshot, context, l)) continue;  // slow, not stuck
@@ -234,6 +235,76 @@ report::Finding finding(const Unexplained& e) {
       "The main process waits inside the DataLoader for a batch that no worker is producing; "
       "without a timeout it waits forever.";
   return f;
+}
+
+namespace {
+
+/// Where a rank's main process is, outside its loader: its innermost frame, and whether the
+/// stack is in a collective (torch.distributed) or in backward (where DDP all-reduces the
+/// gradients with every rank).
+struct RankWait {
+  int rank = -1;
+  int pid = 0;
+  std::string where;  ///< "file.py:12 in fn" ("" no stack)
+  bool collective = false;
+};
+
+std::optional<RankWait> waiting_rank(const ProcessCapture& p, const HangContext& context,
+                                     int stuck_rank) {
+  if (p.worker >= 0 || p.gone) return std::nullopt;
+  int rank = -1;
+  for (const LoaderContext& l : context.loaders)
+    if (l.main_pid == p.pid && l.rank >= 0) rank = l.rank;
+  if (rank < 0 || rank == stuck_rank) return std::nullopt;
+  const ProcessReading r = read_process(p, context.find(effective_loader(p, context)));
+  if (r.place == Place::kInLoader) return std::nullopt;  // its own loader: its own finding
+  RankWait w;
+  w.rank = rank;
+  w.pid = p.pid;
+  if (const PyFrame* top = r.top(p)) w.where = format_frame(*top);
+  if (r.thread >= 0)
+    for (const PyFrame& f : p.stacks[size_t(r.thread)].frames)
+      if (f.file.find("torch/distributed/") != std::string::npos ||
+          f.file.find("torch/autograd/") != std::string::npos)
+        w.collective = true;
+  return w;
+}
+
+}  // namespace
+
+void note_waiting_ranks(std::vector<report::Finding>& findings,
+                        const watchdog::HangSnapshot& snapshot,
+                        const watchdog::HangContext& context) {
+  for (report::Finding& f : findings) {
+    if (f.severity != report::Severity::kCritical || f.loader < 0) continue;
+    const LoaderContext* stuck = context.find(f.loader);
+    if (stuck == nullptr || stuck->rank < 0) continue;
+    std::vector<RankWait> waits;
+    for (const ProcessCapture& p : snapshot.processes)
+      if (auto w = waiting_rank(p, context, stuck->rank)) waits.push_back(*w);
+    if (waits.empty()) continue;
+    std::string ranks, frames;
+    bool collective = true;
+    for (const RankWait& w : waits) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(w.rank);
+      frames += (frames.empty() ? "" : "; ") + ("rank " + std::to_string(w.rank)) + " (pid " +
+                std::to_string(w.pid) + "): " + (w.where.empty() ? "no stack" : w.where);
+      collective = collective && w.collective;
+    }
+    const std::string who = (waits.size() == 1 ? "rank " : "ranks ") + ranks;
+    f.add("waiting_ranks", ranks);
+    f.add("waiting_rank_frames", frames);
+    f.title += "; " + who + " wait" + (waits.size() == 1 ? "s" : "") + " for it" +
+               (collective ? " in the collective" : "");
+    f.why += " " + who + (waits.size() == 1 ? " is" : " are") + " not stuck in " +
+             (waits.size() == 1 ? "its" : "their") + " own loader: " +
+             (collective ? "its main process waits in a collective (torch.distributed, or the "
+                           "gradient all-reduce in backward) for rank " +
+                               std::to_string(stuck->rank) +
+                               ", which never arrives while its loader is stuck"
+                         : "its main process is outside its loader (" + frames + ")") +
+             ". Fix rank " + std::to_string(stuck->rank) + " and every rank moves again.";
+  }
 }
 
 }  // namespace dldoctor::analyze::worker_hang

@@ -42,4 +42,12 @@ std::vector<Unexplained> detect_unexplained(const watchdog::HangSnapshot& snapsh
                                             std::set<int> explained);
 report::Finding finding(const Unexplained& e);
 
+/// A multi-rank job: each critical hang finding about a rank's loader says which other ranks
+/// wait for it, with their main processes' frames (in the collective, when their stacks are
+/// in torch.distributed or backward's all-reduce). Ranks stuck in their own loaders have
+/// their own finding and are not named.
+void note_waiting_ranks(std::vector<report::Finding>& findings,
+                        const watchdog::HangSnapshot& snapshot,
+                        const watchdog::HangContext& context);
+
 }  // namespace dldoctor::analyze::worker_hang
