@@ -380,6 +380,14 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
                                    v.to_ns);
   v.main_process = procs_.aggregate(main_pids, from, v.to_ns);
   v.machine = procs_.machine(from, v.to_ns);
+  if (v.whole_run) {
+    const int64_t since = std::max(v.from_ns, v.to_ns - ProcessTrack::kKeepNs);
+    v.cpu_use = {procs_.aggregate(main_pids, since, v.to_ns),
+                 procs_.aggregate(worker_pids_locked(std::nullopt, since, v.to_ns), since, v.to_ns),
+                 procs_.machine(since, v.to_ns)};
+  } else {
+    v.cpu_use = {v.main_process, v.all_workers, v.machine};
+  }
   v.failures = failures_.view(from, v.to_ns);
   for (WorkerDeath& d : v.failures.deaths)
     if (d.pid > 0 && !d.rss_peak_bytes) d.rss_peak_bytes = procs_.rss_max(d.pid);

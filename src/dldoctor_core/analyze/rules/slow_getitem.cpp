@@ -54,15 +54,15 @@ report::Finding finding(const Evidence& e) {
   const std::string now = " (now " + std::to_string(x.num_workers) + ")";
   if (auto n = e.fetch.recommended_workers()) {
     f.add("recommended_num_workers", double(*n));
-    const int idle = *e.fetch.ceiling - x.num_workers;
-    f.fix = "Set num_workers=" + std::to_string(*n) + now +
-            (*n == needed
-                 ? ": " + std::to_string(*n) + " workers at " + num(c.fetch_s * 1e3) +
-                       " ms per batch supply " + num(*n / c.fetch_s) +
-                       " batches/s, above the loop's " + num(c.demand_bps) + ", and " +
-                       count_of(idle, "CPU") + (idle == 1 ? " is" : " are") + " idle."
-                 : ", all the idle CPUs allow (" + std::to_string(needed) +
-                       " would be needed), and " + cheaper_getitem_advice(e.fetch.hot_functions));
+    const std::string room = x.budget ? " (" + cpu_budget_text(*x.budget) + ")" : "";
+    f.fix =
+        "Set num_workers=" + std::to_string(*n) + now +
+        (*n == needed
+             ? ": " + std::to_string(*n) + " workers at " + num(c.fetch_s * 1e3) +
+                   " ms per batch supply " + num(*n / c.fetch_s) + " batches/s, above the loop's " +
+                   num(c.demand_bps) + ", and the measured CPU has room for them" + room + "."
+             : ", all the measured CPU allows" + room + " (" + std::to_string(needed) +
+                   " would be needed), and " + cheaper_getitem_advice(e.fetch.hot_functions));
   } else {
     f.fix = no_cpu_for_more_workers(x) + cheaper_getitem_advice(e.fetch.hot_functions);
   }
