@@ -52,6 +52,8 @@ class Report:
     # What the HTML report and traces need later: time series and per-worker figures.
     series: dict = field(default_factory=dict)
     hang: dict | None = None
+    # dldoctor run --set: the settings overridden, per loader (creation order) and process.
+    settings_overridden: list[dict] = field(default_factory=list)
     tool_version: str = __version__
 
     # -- queries ---------------------------------------------------------------------
@@ -78,6 +80,8 @@ class Report:
             d["hang"] = self.hang
         if self.series:
             d["series"] = self.series
+        if self.settings_overridden:
+            d["settings_overridden"] = self.settings_overridden
         return d
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -110,6 +114,7 @@ class Report:
             notes=list(d.get("notes") or []),
             series=dict(d.get("series") or {}),
             hang=d.get("hang"),
+            settings_overridden=list(d.get("settings_overridden") or []),
             tool_version=d.get("tool_version", "?"),
         )
 
