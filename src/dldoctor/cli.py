@@ -16,6 +16,11 @@ COMMANDS = {
     "check": ("dldoctor.commands.check", "is this machine set up to feed a GPU?"),
     "run": ("dldoctor.commands.run", "run a job, watch every DataLoader in it, diagnose"),
     "report": ("dldoctor.commands.report", "re-render a saved JSON report"),
+    "tune": (
+        "dldoctor.commands.tune",
+        "run the job with DataLoader settings overridden, report the fastest "
+        "(each trial runs the job's own code)",
+    ),
 }
 
 
