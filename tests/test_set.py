@@ -147,15 +147,34 @@ def test_every_key_takes_effect(tmp_path):
 
 
 def test_num_workers_zero_resolves_what_torch_refuses(tmp_path):
-    cmd = job(tmp_path, workers=2, kwargs={"prefetch_factor": 4, "persistent_workers": True})
+    cmd = job(
+        tmp_path,
+        workers=2,
+        kwargs={
+            "prefetch_factor": 4,
+            "persistent_workers": True,
+            "multiprocessing_context": "spawn",
+        },
+    )
     r = run_doctor(cmd, tmp_path, ["--set", "loader1.num_workers=0"], timeout=240)
     assert r.returncode == 0, r.stderr
     first = results(r)["first"]
     assert first["num_workers"] == 0 and first["children"] == 0
     assert first["prefetch_factor"] is None and first["persistent_workers"] is False
+    assert first["context"] is None
     s = r.report["settings_overridden"][0]
-    assert s["settings"] == {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False}
-    assert s["was"] == {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}
+    assert s["settings"] == {
+        "num_workers": 0,
+        "prefetch_factor": None,
+        "persistent_workers": False,
+        "multiprocessing_context": None,
+    }
+    assert s["was"] == {
+        "num_workers": 2,
+        "prefetch_factor": 4,
+        "persistent_workers": True,
+        "multiprocessing_context": "spawn",
+    }
 
 
 def test_worker_settings_on_a_loader_without_workers_are_not_applied(tmp_path):
@@ -184,6 +203,7 @@ def test_worker_settings_on_a_loader_without_workers_are_not_applied(tmp_path):
         (["num_workers"], "expected [loaderN.]KEY=VALUE"),
         (["num_workers=2", "num_workers=3"], "given twice"),
         (["num_workers=0", "prefetch_factor=2"], "torch refuses"),
+        (["num_workers=0", "multiprocessing_context=spawn"], "torch refuses"),
         (["loader2.num_workers=0", "loader2.persistent_workers=true"], "torch refuses"),
     ],
 )

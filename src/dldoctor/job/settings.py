@@ -11,8 +11,9 @@ and why. `worker_threads` is not a DataLoader argument: each worker of the loade
 thread pools (torch intra-op, OpenMP, MKL, OpenBLAS, OpenCV) before its first fetch.
 
 Combinations torch refuses are resolved as torch documents them: with num_workers=0,
-prefetch_factor is None and persistent_workers False (an override of either is then not
-applied and the record says so); both given in one `--set` scope are refused by `parse()`.
+prefetch_factor and multiprocessing_context are None and persistent_workers False (an
+override of one of them is then not applied, and the record says so); given together with
+num_workers=0 in one `--set` scope they are refused by `parse()`.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def parse(items: list[str]) -> dict:
         scope[key] = v
     for scope, kv in out.items():
         if kv.get("num_workers") == 0:
-            bad = [k for k in ("prefetch_factor",) if k in kv]
+            bad = [k for k in ("prefetch_factor", "multiprocessing_context") if k in kv]
             if kv.get("persistent_workers") is True:
                 bad.append("persistent_workers=true")
             if bad:
@@ -249,8 +250,13 @@ def _resolve(want: dict, bound, sig) -> tuple[dict, dict, dict]:
         args[key] = value
         applied[key] = value
     if not current("num_workers"):
-        # As torch documents: no prefetch_factor and no persistent workers without workers.
-        for key, none in (("prefetch_factor", None), ("persistent_workers", False)):
+        # As torch documents: no prefetch_factor, no persistent workers and no
+        # multiprocessing_context without workers.
+        for key, none in (
+            ("prefetch_factor", None),
+            ("persistent_workers", False),
+            ("multiprocessing_context", None),
+        ):
             if key not in params:
                 continue
             if key in applied:  # asked for, on a loader without workers: not applied

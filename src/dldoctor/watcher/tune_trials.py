@@ -3,8 +3,8 @@ settings overridden (`dldoctor run --set`'s hook), measured as the training loop
 ended (its whole process group: SIGTERM, then SIGKILL) as soon as its throughput is known.
 
 Throughput is batches handed to the loop per second, counted from the first batch over
-whole seconds, so each epoch's worker start-up counts (for many short epochs that is the
-cost being tuned). A trial ends once the 95 % interval of its per-second rates is within
+whole seconds (longer bins, up to 5 s, for a loader of a few batches a second), so each
+epoch's worker start-up counts (for many short epochs that is the cost being tuned). A trial ends once the 95 % interval of its per-second rates is within
 ±CI_TARGET of their mean (at least MIN_S of rates), or at its time limit; a trial whose job
 fails (exits non-zero, hangs, hands out no batch) is reported as failed with the reason.
 """
@@ -26,6 +26,8 @@ POLL_S = 0.25
 CI_TARGET = 0.05  # the trial ends when its 95 % interval is within ±5 % of its mean
 Z95 = 1.96
 MIN_S = 4.0  # per-second rates at least, before the interval is trusted
+BIN_BATCHES = 8  # a rate spans at least this many batches (up to BIN_MAX_S seconds)
+BIN_MAX_S = 5.0
 END_GRACE_S = 3.0  # SIGTERM, then SIGKILL after this
 FIRST_BATCH_S = 60.0  # no batch by then: the trial failed (spawned workers import torch)
 
@@ -63,6 +65,17 @@ def interval(rates: list[float]) -> tuple[float, float] | None:
     mean = sum(rates) / n
     var = sum((r - mean) ** 2 for r in rates) / (n - 1)
     return mean, Z95 * math.sqrt(var / n)
+
+
+def _bin_s(marks: list[tuple[float, int]], now: float, total: int) -> float:
+    """Seconds per rate: one, or long enough for BIN_BATCHES batches at the rate so far
+    (a loader of one or two batches a second would otherwise count whole batches per bin,
+    and its interval would measure the counting, not the loader)."""
+    t0, b0 = marks[0]
+    if now - t0 < 2.0 or total <= b0:
+        return 1.0
+    rate = (total - b0) / (now - t0)
+    return min(BIN_MAX_S, max(1.0, BIN_BATCHES / rate))
 
 
 def _end(child: subprocess.Popen) -> None:
@@ -146,7 +159,7 @@ def run_trial(
             if first_t is None and total > 0:
                 first_t = now
                 marks.append((now, total))
-            elif first_t is not None and now - marks[-1][0] >= 1.0:
+            elif first_t is not None and now - marks[-1][0] >= _bin_s(marks, now, total):
                 marks.append((now, total))
             trial.rates = [(b1 - b0) / (t1 - t0) for (t0, b0), (t1, b1) in zip(marks, marks[1:])]
             if code is not None:
