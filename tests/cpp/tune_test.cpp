@@ -113,6 +113,23 @@ TEST(Tune, StartUpCostGetsPersistentWorkersAndOversubscribedPoolsOneThread) {
   EXPECT_EQ(g.worker_threads, 1);
 }
 
+TEST(Tune, StartUpCostOrATinyFetchAlsoTriesNoWorkers) {
+  Profile p = demo();
+  p.num_workers = 2;
+  p.cpu_workers.reset();
+  p.startup_bound = true;  // many short epochs of spawned workers
+  std::vector<Trial> done = {ok({}, 2.4)};
+  EXPECT_EQ(next_trial(p, done), (Settings{std::nullopt, std::nullopt, true, std::nullopt}));
+  done.push_back(ok(*next_trial(p, done), 800));
+  EXPECT_EQ(next_trial(p, done), workers(0));  // before the climb over worker counts
+  Profile q = demo();
+  q.fetch_s = 0.0019;  // just under kInProcessFetchS, no start-up cost
+  std::vector<Trial> d2 = {ok({}, 6), ok(workers(2), 10.5)};
+  EXPECT_EQ(next_trial(q, d2), workers(0));
+  q.fetch_s = 0.0021;  // just over: the climb goes on
+  EXPECT_EQ(next_trial(q, d2), workers(4));
+}
+
 TEST(Tune, AFailedTrialIsExcludedAndNotRetried) {
   const Profile p = demo();
   std::vector<Trial> done = {ok({}, 6), failed(workers(2))};

@@ -157,8 +157,9 @@ def run_trial(
                 if cpu and all(c is not None for c in cpu):
                     main_cpu.append(sum(cpu) / 100.0)
             if first_t is None and total > 0:
+                # The batches of the first poll count: a short epoch can come whole in it.
                 first_t = now
-                marks.append((now, total))
+                marks.append((now - POLL_S, 0))
             elif first_t is not None and now - marks[-1][0] >= _bin_s(marks, now, total):
                 marks.append((now, total))
             trial.rates = [(b1 - b0) / (t1 - t0) for (t0, b0), (t1, b1) in zip(marks, marks[1:])]

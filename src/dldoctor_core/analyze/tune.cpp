@@ -80,6 +80,10 @@ std::optional<Settings> next_trial(const Profile& p, const std::vector<Trial>& d
   if (!tried(p, done, guess)) return guess;
   const auto best = best_index(done);
   if (!best) return std::nullopt;  // nothing measured: every trial failed
+  // Start-up per epoch, or a fetch cheaper than handing its batch over: without workers.
+  const bool tiny = p.fetch_s && *p.fetch_s < kInProcessFetchS;
+  if ((p.startup_bound || tiny) && !p.keeps_up && !tried(p, done, with_workers({}, 0)))
+    return with_workers({}, 0);
   const Settings b = done[*best].settings;
   const int w = *effective(p, b).num_workers;
 

@@ -61,6 +61,11 @@ inline constexpr double kMinGain = 0.05;
 /// unpickling and IPC, and memory, limit long before.
 inline constexpr int kMaxWorkersPerCpu = 16;
 
+/// A fetch shorter than this per batch is tried in the main process too (num_workers=0):
+/// handing a batch from a worker costs a pickle, a queue and an unpickle, ~0.1-1 ms, so a
+/// cheaper fetch is faster without workers, and no worker start-up is paid per epoch.
+inline constexpr double kInProcessFetchS = 0.002;
+
 /// The settings the model picks first: the worker count the measured CPU allows for a
 /// CPU-bound fetch; enough workers for the loop's demand when they wait off-CPU; persistent
 /// workers when start-up is the cost; one thread per worker when their pools oversubscribe.
