@@ -161,12 +161,19 @@ TEST(Tune, CeilingIsTheLowestMeasuredLimit) {
   ASSERT_TRUE(c);
   EXPECT_EQ(c->limit, "usable cores x CPU per batch");
   EXPECT_NEAR(c->batches_per_s, 10.625, 1e-6);
-  p.step_s = 0.2;  // a consumer slower than the CPU allows
+  p.step_s = 0.125;  // a consumer slower than the CPU allows (8/s, above the 6 measured)
   EXPECT_EQ(ceiling(p)->limit, "the consumer's own step");
-  EXPECT_NEAR(ceiling(p)->batches_per_s, 5, 1e-9);
+  EXPECT_NEAR(ceiling(p)->batches_per_s, 8, 1e-9);
   Profile l = latency();  // off-CPU: no CPU ceiling, the step's 200/s
   EXPECT_EQ(ceiling(l)->limit, "the consumer's own step");
   EXPECT_FALSE(ceiling(Profile{}));
+  // A best trial faster than a limit disproves it: the next one up is named.
+  Profile fast = demo();
+  fast.batches_per_s = 11;  // above the CPU estimate of 10.6
+  EXPECT_EQ(ceiling(fast)->limit, "the main process's step, unpickling and IPC at one core");
+  fast.batches_per_s = 10.6;  // just under it: the CPU is still the ceiling
+  fast.main_cpu_cores = 0.3;
+  EXPECT_EQ(ceiling(fast)->limit, "usable cores x CPU per batch");
 }
 
 }  // namespace

@@ -121,8 +121,12 @@ std::optional<Settings> next_trial(const Profile& p, const std::vector<Trial>& d
 
 std::optional<Ceiling> ceiling(const Profile& p) {
   std::optional<Ceiling> low;
+  // A limit the measured rate already exceeds was not the limit (the diagnosis measured it
+  // under other settings, e.g. a step stretched by waiting): it is left out.
+  const double reached = p.batches_per_s.value_or(0);
   auto consider = [&](const char* limit, std::optional<double> bps) {
-    if (bps && std::isfinite(*bps) && *bps > 0 && (!low || *bps < low->batches_per_s))
+    if (bps && std::isfinite(*bps) && *bps > 0 && *bps >= reached &&
+        (!low || *bps < low->batches_per_s))
       low = Ceiling{limit, *bps};
   };
   if (!p.off_cpu && p.cpu_left && p.per_worker_cpu && p.fetch_s && *p.fetch_s > 0)

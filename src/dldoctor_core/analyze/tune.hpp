@@ -85,7 +85,8 @@ struct Ceiling {
   std::string limit;  ///< "usable cores x CPU per batch", "the consumer's own step", ...
   double batches_per_s = 0;
 };
-/// The lowest of the limits the profile can put a number on; empty when none.
+/// The lowest of the limits the profile can put a number on, at the rate it measured
+/// (`batches_per_s`: the best trial's); a limit below that rate is left out; empty when none.
 std::optional<Ceiling> ceiling(const Profile& p);
 
 /// `s` with the job's own settings filled in (what the loader really ran with).
