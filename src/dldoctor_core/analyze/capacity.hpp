@@ -48,9 +48,11 @@ inline constexpr double kFreeCpuRunQueuePct = 10.0;
 inline constexpr int kMainProcessCores = 1;
 
 /// One more worker is worth adding when the CPU left would give it at least this share of
-/// what one worker uses while fetching: it then adds at least half a worker's throughput.
-/// With less, it mostly takes turns with the others and the main process.
-inline constexpr double kMinWorkerShare = 0.5;
+/// what one worker uses while fetching. Measured on the demo (1 worker decoding JPEGs, 2
+/// CPUs, the main process at 0.55 of a core, 1.4 CPUs left): the second worker, with 0.4
+/// of a core to it, made the loop 1.6-2.0x faster (bench/demo_prescription.py); below a
+/// quarter it mostly takes turns with the others and the main process.
+inline constexpr double kMinWorkerShare = 0.25;
 
 /// The CPU left for workers, from measurement: the usable CPUs less what the main processes
 /// use, less what other processes on those CPUs use (when the sampler can tell), less the

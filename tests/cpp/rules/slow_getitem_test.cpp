@@ -91,13 +91,13 @@ TEST(AnalyzeSlowGetitem, AMostlyWaitingMainProcessLeavesACoreForASecondWorker) {
       << f.fix;
 }
 
-TEST(AnalyzeSlowGetitem, FlipsWhereTheLastWorkerWouldGetHalfTheCpuItWants) {
+TEST(AnalyzeSlowGetitem, FlipsWhereTheLastWorkerWouldGetAQuarterOfTheCpuItWants) {
   Loader l = cpu_bound(1);
-  // (2 - 0.5) / 0.96 = 1.56: the second worker gets 0.56 of a worker's CPU.
-  auto more = run(l, procs(l, 50.0, 95.0, 1.0, 3.0), 2);
+  // (2 - 0.75) / 0.96 = 1.30: the second worker gets 0.30 of a worker's CPU.
+  auto more = run(l, procs(l, 75.0, 95.0, 1.0, 3.0), 2);
   EXPECT_EQ(*num(more->whole.at(0), "recommended_num_workers"), 2);
-  // (2 - 0.6) / 0.96 = 1.46: it would get 0.46.
-  auto none = run(l, procs(l, 60.0, 95.0, 1.0, 3.0), 2);
+  // (2 - 0.85) / 0.96 = 1.20: it would get 0.20.
+  auto none = run(l, procs(l, 85.0, 95.0, 1.0, 3.0), 2);
   EXPECT_FALSE(num(none->whole.at(0), "recommended_num_workers"));
 }
 

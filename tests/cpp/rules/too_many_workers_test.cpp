@@ -24,12 +24,13 @@ TEST(AnalyzeTooManyWorkers, OversubscribedCpuBoundWorkersAreTheVerdict) {
   EXPECT_NEAR(*num(f, "run_queue_delay_pct"), 60, 1e-9);
   EXPECT_NEAR(*num(f, "involuntary_cs_per_s"), 200, 1e-9);
   EXPECT_NEAR(*num(f, "worker_cpu_pct"), 33, 1e-9);
-  // (2 usable - 0.6 main) = 1.4 cores: one whole worker, never os.cpu_count() (64 online).
-  EXPECT_EQ(*num(f, "recommended_num_workers"), 1);
+  // (2 usable - 0.6 main) = 1.4 cores: one whole worker and 0.4 of another, never
+  // os.cpu_count() (64 online).
+  EXPECT_EQ(*num(f, "recommended_num_workers"), 2);
   EXPECT_NE(f.fix.find("the main process uses 0.6 of the 2 usable CPUs, which leaves 1.4"),
             std::string::npos)
       << f.fix;
-  EXPECT_NE(f.fix.find("num_workers=1"), std::string::npos) << f.fix;
+  EXPECT_NE(f.fix.find("num_workers=2"), std::string::npos) << f.fix;
   EXPECT_NE(f.why.find("main process"), std::string::npos);
   // The heavy __getitem__ is reported too, but as a partial cause.
   const report::Finding* g = find(r->whole, "slow_getitem");
@@ -40,11 +41,11 @@ TEST(AnalyzeTooManyWorkers, OversubscribedCpuBoundWorkersAreTheVerdict) {
 
 TEST(AnalyzeTooManyWorkers, AMostlyWaitingMainProcessLeavesTheWorkersMoreCpu) {
   Loader l = oversubscribed();
-  // 2 - 0.45 = 1.55: the second worker gets 0.55 of a core.
-  auto two = run(l, procs(l, 45.0, 33.0, 60.0, 200.0), 2);
+  // 2 - 0.7 = 1.3: the second worker gets 0.3 of a core.
+  auto two = run(l, procs(l, 70.0, 33.0, 60.0, 200.0), 2);
   EXPECT_EQ(*num(*find(two->whole, "too_many_workers"), "recommended_num_workers"), 2);
-  EXPECT_NEAR(*num(*find(two->whole, "too_many_workers"), "cpu_left_for_workers"), 1.55, 0.01);
-  auto one = run(l, procs(l, 55.0, 33.0, 60.0, 200.0), 2);  // 1.45: it would get 0.45
+  EXPECT_NEAR(*num(*find(two->whole, "too_many_workers"), "cpu_left_for_workers"), 1.3, 0.01);
+  auto one = run(l, procs(l, 80.0, 33.0, 60.0, 200.0), 2);  // 1.2: it would get 0.2
   EXPECT_EQ(*num(*find(one->whole, "too_many_workers"), "recommended_num_workers"), 1);
   // Not measured: a whole core kept for the main process, floor(2) - 1.
   auto unmeasured = run(l, procs(l, std::nullopt, 33.0, 60.0, 200.0), 2);
@@ -121,7 +122,7 @@ TEST(AnalyzeTooManyWorkers, SplitsTheBudgetAcrossLoaders) {
   EXPECT_EQ(fs[0].id, "too_many_workers");
   EXPECT_EQ(fs[0].loader, -1);
   EXPECT_EQ(*num(fs[0], "total_workers"), 6);
-  // 3 workers (4 usable - 1) in proportion 4:2.
+  // 4 workers (4 usable - 0.6 main = 3.4) in proportion 4:2.
   EXPECT_NE(fs[0].fix.find("loader 0 num_workers=2"), std::string::npos) << fs[0].fix;
   EXPECT_NE(fs[0].fix.find("loader 1 num_workers=1"), std::string::npos) << fs[0].fix;
 }
