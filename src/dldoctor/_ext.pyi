@@ -253,6 +253,22 @@ MAIN_PROCESS_CORES: int = 1
 
 CACHE_FIT_FRACTION: float = 0.5
 
+def tune_next(profile: object, trials: object) -> object:
+    """
+    The next trial's settings (a dict by DataLoader keyword; {} the job's own), or None: from the diagnostic run's profile and the trials so far ({'settings', 'batches_per_s', 'ci', 'outcome'}, the job's own settings first).
+    """
+
+def tune_best(trials: object) -> object:
+    """The index of the best trial (a gain must beat kMinGain), or None."""
+
+def tune_ceiling(profile: object) -> object:
+    """What limits throughput next: {'limit', 'batches_per_s'}, or None."""
+
+def tune_effective(profile: object, settings: object) -> dict:
+    """The settings with the job's own filled in."""
+
+TUNE_MIN_GAIN: float = 0.05
+
 def shm_fix(container_kind: str, in_flight_bytes: float) -> str:
     """
     The fix for a /dev/shm that must hold in_flight_bytes (SHM_MARGIN times over), as shm_exhausted and `dldoctor check` word it: whole GiB, then Docker, Kubernetes and bare-metal commands (container_kind's first), then fewer batches in flight.

@@ -17,6 +17,11 @@ COMMANDS = {
     "run": ("dldoctor.commands.run", "run a job, watch every DataLoader in it, diagnose"),
     "report": ("dldoctor.commands.report", "re-render a saved JSON report"),
     "attach": ("dldoctor.commands.attach", "diagnose a job already running or stuck, by PID"),
+    "tune": (
+        "dldoctor.commands.tune",
+        "run the job with DataLoader settings overridden, report the fastest "
+        "(each trial runs the job's own code)",
+    ),
 }
 
 

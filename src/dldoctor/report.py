@@ -75,6 +75,8 @@ class Report:
     notices: list[dict] = field(default_factory=list)
     # `dldoctor report A.json B.json ...`: one entry per node's report merged into this one.
     nodes: list[dict] = field(default_factory=list)
+    # dldoctor run --set: the settings overridden, per loader (creation order) and process.
+    settings_overridden: list[dict] = field(default_factory=list)
     tool_version: str = __version__
 
     # -- queries ---------------------------------------------------------------------
@@ -107,6 +109,8 @@ class Report:
             d["nodes"] = self.nodes
         if self.series:
             d["series"] = self.series
+        if self.settings_overridden:
+            d["settings_overridden"] = self.settings_overridden
         return d
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -142,6 +146,7 @@ class Report:
             attach=d.get("attach"),
             notices=list(d.get("notices") or []),
             nodes=list(d.get("nodes") or []),
+            settings_overridden=list(d.get("settings_overridden") or []),
             tool_version=d.get("tool_version", "?"),
         )
 

@@ -13,6 +13,7 @@
 #include "dldoctor_core/analyze/rules/fd_limit.hpp"
 #include "dldoctor_core/analyze/rules/io_bound.hpp"
 #include "dldoctor_core/analyze/rules/shm_exhausted.hpp"
+#include "dldoctor_core/analyze/tune.hpp"
 #include "dldoctor_core/common/error.hpp"
 #include "optional.hpp"
 #include "register.hpp"
@@ -335,6 +336,105 @@ analyze::HotFunction hot_function_from_dict(nb::handle d) {
   return h;
 }
 
+// --- dldoctor tune ----------------------------------------------------------------------------
+
+namespace {
+
+analyze::tune::Settings tune_settings(nb::handle d) {
+  const std::string w = "tune settings";
+  analyze::tune::Settings s;
+  s.num_workers = read<int>(d, "num_workers", w);
+  s.prefetch_factor = read<int>(d, "prefetch_factor", w);
+  s.persistent_workers = read<bool>(d, "persistent_workers", w);
+  s.worker_threads = read<int>(d, "worker_threads", w);
+  return s;
+}
+
+nb::dict tune_settings_dict(const analyze::tune::Settings& s) {
+  nb::dict d;  // only the settings a trial sets, by DataLoader keyword
+  if (s.num_workers) d["num_workers"] = *s.num_workers;
+  if (s.prefetch_factor) d["prefetch_factor"] = *s.prefetch_factor;
+  if (s.persistent_workers) d["persistent_workers"] = *s.persistent_workers;
+  if (s.worker_threads) d["worker_threads"] = *s.worker_threads;
+  return d;
+}
+
+analyze::tune::Profile tune_profile(nb::handle d) {
+  const std::string w = "tune profile";
+  require_dict(d, w);
+  analyze::tune::Profile p;
+  p.num_workers = read<int>(d, "num_workers", w).value_or(0);
+  p.prefetch_factor = read<int>(d, "prefetch_factor", w).value_or(analyze::kDefaultPrefetchFactor);
+  p.persistent_workers = read<bool>(d, "persistent_workers", w).value_or(false);
+  p.usable_cpus = read<double>(d, "usable_cpus", w);
+  p.cpu_workers = read<int>(d, "cpu_workers", w);
+  p.cpu_left = read<double>(d, "cpu_left", w);
+  p.per_worker_cpu = read<double>(d, "per_worker_cpu", w);
+  p.fetch_s = read<double>(d, "fetch_s", w);
+  p.step_s = read<double>(d, "step_s", w);
+  p.main_cpu_cores = read<double>(d, "main_cpu_cores", w);
+  p.batches_per_s = read<double>(d, "batches_per_s", w);
+  p.off_cpu = read<bool>(d, "off_cpu", w).value_or(false);
+  p.startup_bound = read<bool>(d, "startup_bound", w).value_or(false);
+  p.thread_oversubscribed = read<bool>(d, "thread_oversubscribed", w).value_or(false);
+  p.keeps_up = read<bool>(d, "keeps_up", w).value_or(false);
+  return p;
+}
+
+std::vector<analyze::tune::Trial> tune_trials(nb::handle trials) {
+  std::vector<analyze::tune::Trial> out;
+  for (nb::handle t : nb::cast<nb::list>(trials)) {
+    analyze::tune::Trial x;
+    x.settings = tune_settings(field(t, "settings"));
+    x.batches_per_s = read<double>(t, "batches_per_s", "tune trial");
+    x.ci = read<double>(t, "ci", "tune trial").value_or(0);
+    x.ok = read_str(t, "outcome", "tune trial") == "ok";
+    out.push_back(x);
+  }
+  return out;
+}
+
+void register_tune(nb::module_& m) {
+  m.def(
+      "tune_next",
+      [](nb::handle profile, nb::handle trials) -> nb::object {
+        auto n = analyze::tune::next_trial(tune_profile(profile), tune_trials(trials));
+        return n ? nb::object(tune_settings_dict(*n)) : nb::none();
+      },
+      nb::arg("profile"), nb::arg("trials"),
+      "The next trial's settings (a dict by DataLoader keyword; {} the job's own), or None: "
+      "from the diagnostic run's profile and the trials so far ({'settings', "
+      "'batches_per_s', 'ci', 'outcome'}, the job's own settings first).");
+  m.def(
+      "tune_best",
+      [](nb::handle trials) -> nb::object {
+        auto b = analyze::tune::best_index(tune_trials(trials));
+        return b ? nb::cast(*b) : nb::none();
+      },
+      nb::arg("trials"), "The index of the best trial (a gain must beat kMinGain), or None.");
+  m.def(
+      "tune_ceiling",
+      [](nb::handle profile) -> nb::object {
+        auto c = analyze::tune::ceiling(tune_profile(profile));
+        if (!c) return nb::none();
+        nb::dict d;
+        d["limit"] = c->limit;
+        d["batches_per_s"] = c->batches_per_s;
+        return d;
+      },
+      nb::arg("profile"), "What limits throughput next: {'limit', 'batches_per_s'}, or None.");
+  m.def(
+      "tune_effective",
+      [](nb::handle profile, nb::handle settings) {
+        return tune_settings_dict(
+            analyze::tune::effective(tune_profile(profile), tune_settings(settings)));
+      },
+      nb::arg("profile"), nb::arg("settings"), "The settings with the job's own filled in.");
+  m.attr("TUNE_MIN_GAIN") = analyze::tune::kMinGain;
+}
+
+}  // namespace
+
 // --- the Analyzer ----------------------------------------------------------------------------
 
 void register_analyze(nb::module_& m) {
@@ -345,6 +445,7 @@ void register_analyze(nb::module_& m) {
   m.attr("RAM_LOW_FRACTION") = analyze::kLowMemoryFraction;
   m.attr("MAIN_PROCESS_CORES") = analyze::kMainProcessCores;
   m.attr("CACHE_FIT_FRACTION") = analyze::kCacheFitFraction;
+  register_tune(m);
   m.def("shm_fix", &analyze::shm_fix, nb::arg("container_kind"), nb::arg("in_flight_bytes"),
         "The fix for a /dev/shm that must hold in_flight_bytes (SHM_MARGIN times over), as "
         "shm_exhausted and `dldoctor check` word it: whole GiB, then Docker, Kubernetes and "

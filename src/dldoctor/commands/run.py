@@ -7,6 +7,16 @@ from ..errors import DldoctorError
 from ..watcher.job_run import HANG_ABORT_EXIT
 
 
+def parse_overrides(items: list[str]) -> dict:
+    """--set items, validated before the job starts (a bad one: one line, exit 2)."""
+    from ..job import settings
+
+    try:
+        return settings.parse(items)
+    except ValueError as e:
+        raise DldoctorError(str(e)) from None
+
+
 class Command:
     def prepare_parser(self, parser) -> None:
         parser.add_argument("--json", metavar="F", help="write the JSON report (schema 1) to F")
@@ -26,6 +36,18 @@ class Command:
             help="report: print the diagnosis and keep waiting (default); "
             f"abort: also end the job and exit {HANG_ABORT_EXIT}",
         )
+        parser.add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="[loaderN.]KEY=VALUE",
+            help="override a DataLoader setting without editing the job: num_workers, "
+            "prefetch_factor, persistent_workers, pin_memory, multiprocessing_context, in_order, "
+            "worker_threads (each worker's thread pools), batch_size (changes training: only "
+            "when asked for); for every loader, or loaderN. for the N-th one each process "
+            "constructs (repeatable)",
+        )
         parser.add_argument("--live", action="store_true", help="a top-like view while it runs")
         parser.add_argument("-q", "--quiet", action="store_true", help="no early notices")
         parser.add_argument("cmd", nargs="*", metavar="-- COMMAND", help="the job to run")
@@ -36,6 +58,7 @@ class Command:
             cmd = cmd[1:]
         if not cmd:
             raise DldoctorError("no command given: dldoctor run [options] -- python train.py")
+        args.overrides = parse_overrides(getattr(args, "overrides", None) or [])
         if args.html:
             from ..reporters import html
 

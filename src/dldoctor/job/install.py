@@ -11,7 +11,7 @@ import os
 import sys
 
 from .. import _ext
-from . import failures, main, profiling, sidelog, worker
+from . import failures, main, profiling, settings, sidelog, worker
 from .events import END_SHUTDOWN
 from .process import (
     PROCESS,
@@ -68,6 +68,8 @@ def _patch_torch(dl) -> None:
     sig = mods.get("torch.utils.data._utils.signal_handling")
     single = getattr(dl, "_SingleProcessDataLoaderIter", None)
     multi = getattr(dl, "_MultiProcessingDataLoaderIter", None)
+    if settings.APPLIED.overrides:  # dldoctor run --set: only then is DataLoader.__init__ hooked
+        _patch(getattr(dl, "DataLoader", None), "__init__", settings.make_loader_init, "DataLoader")
     _patch(single, "__init__", main.make_single_init, "_SingleProcessDataLoaderIter")
     _patch(single, "_next_data", _hot("single_next"), "_SingleProcessDataLoaderIter")
     _patch(multi, "__init__", main.make_multi_init, "_MultiProcessingDataLoaderIter")
@@ -145,6 +147,7 @@ def _after_fork_in_child() -> None:
     main.ITERS.clear()
     main.PINS.pending.clear()
     worker.CTX.forget_states()
+    settings.APPLIED.created = 0  # a forked child counts the loaders it constructs from 1
     if PROCESS.installed:
         register_stack_dump()
 
@@ -189,6 +192,7 @@ def install(ring_path: str | None = None, run_dir: str | None = None) -> bool:
     with lock:
         p.run_dir = run_dir
         sidelog.configure(run_dir)
+        settings.APPLIED.configure(os.environ.get(settings.ENV))
         try:
             _ext.trace_open(ring_path)
         except Exception as e:

@@ -17,7 +17,7 @@ import weakref
 
 from .. import _ext
 from .. import ranks as _ranks
-from . import failures
+from . import failures, settings
 from .events import (
     END_ERROR,
     END_EXHAUSTED,
@@ -358,7 +358,7 @@ def make_multi_init(orig):
         swapped = False
         try:
             loader.worker_init_fn = _WorkerInit(
-                st.loader_id, PROCESS.ring_path, PROCESS.run_dir, user_fn
+                st.loader_id, PROCESS.ring_path, PROCESS.run_dir, user_fn, worker_threads(loader)
             )
             swapped = True
         except Exception:
@@ -391,6 +391,14 @@ def make_multi_init(orig):
             pass
 
     return __init__
+
+
+def worker_threads(loader) -> int | None:
+    """`--set worker_threads=N` of this loader (its workers set their pools before fetching)."""
+    try:
+        return settings.APPLIED.threads.get(loader)
+    except TypeError:
+        return None
 
 
 def make_reset(orig):

@@ -37,16 +37,20 @@ class _WorkerInit:
     id to the worker (picklable by name, so it works under spawn and forkserver), then calls
     the user's function with the same argument; the user's exceptions propagate unchanged."""
 
-    __slots__ = ("loader_id", "ring_path", "run_dir", "user_fn")
+    __slots__ = ("loader_id", "ring_path", "run_dir", "user_fn", "threads")
 
-    def __init__(self, loader_id, ring_path, run_dir, user_fn):
+    def __init__(self, loader_id, ring_path, run_dir, user_fn, threads=None):
         self.loader_id = loader_id
         self.ring_path = ring_path
         self.run_dir = run_dir
         self.user_fn = user_fn
+        self.threads = threads  # dldoctor run --set worker_threads=N
 
     def __reduce__(self):
-        return (_WorkerInit, (self.loader_id, self.ring_path, self.run_dir, self.user_fn))
+        return (
+            _WorkerInit,
+            (self.loader_id, self.ring_path, self.run_dir, self.user_fn, self.threads),
+        )
 
     def __call__(self, worker_id):
         if not CTX.worker_started:
@@ -59,10 +63,11 @@ class _WorkerInit:
             except Exception:
                 pass
         fn = self.user_fn
+        out = None
         if fn is not None:
             before = failures.nofile()
             try:
-                return fn(worker_id)
+                out = fn(worker_id)
             except BaseException as e:
                 hide_frame(e)
                 raise
@@ -75,7 +80,13 @@ class _WorkerInit:
                         note("process_limits", loader=self.loader_id, worker=worker_id, **after)
                 except Exception:
                     pass
-        return None
+        if self.threads:
+            # dldoctor run --set worker_threads=N: after torch's own set_num_threads(1) in the
+            # worker loop and the user's init, before the first fetch.
+            from .settings import set_worker_threads
+
+            set_worker_threads(self.threads)
+        return out
 
 
 def find_worker_init(init_fn):

@@ -174,7 +174,10 @@ def check_workers(facts: dict, a: Assumptions) -> Check:
     message = (
         f"at most num_workers={per_rank} per loader with {ranks} "
         f"({_num(usable)} usable CPUs, {MAIN_PROCESS_CORES} kept per rank for its main process); "
-        "for CPU-bound loading (decode, augment) - I/O-bound loading can use more"
+        "for CPU-bound loading (decode, augment) - I/O-bound loading can use more. "
+        f"This rests on an assumption: each main process busy on {MAIN_PROCESS_CORES} whole "
+        "core (check has no job to measure); one that mostly waits (on a GPU, on its loader) "
+        "leaves most of it to workers: `dldoctor run` measures it and prescribes from that"
     )
     needed = a.ranks * (per_rank + MAIN_PROCESS_CORES)
     if math.floor(usable) < needed:

@@ -105,6 +105,17 @@ class JobRun:
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)
 
+    def _env(self, watcher) -> dict:
+        from ..job import settings
+
+        env = watcher.child_env()
+        overrides = getattr(self.args, "overrides", None)
+        if overrides:
+            env[settings.ENV] = settings.to_env(overrides)
+        else:
+            env.pop(settings.ENV, None)  # an outer run's, not this one's
+        return env
+
     # -- the run ---------------------------------------------------------------------
     def run(self) -> int:
         from ..reporters import terminal
@@ -118,7 +129,7 @@ class JobRun:
             watcher.collect_facts()
             self._install_handlers()
             self._start_live(watcher)
-            self.child = self._spawn(watcher.child_env())
+            self.child = self._spawn(self._env(watcher))
             self._give_terminal(self.child.pid)
             watcher.start(self.child.pid)
             code = self._wait(watcher)

@@ -211,6 +211,9 @@ class Watcher:
         for n in report.notices:
             if not n["confirmed"]:
                 report.notes.append(notice_text(n))
+        report.settings_overridden = settings_overridden(self.side_records)
+        for s in report.settings_overridden:
+            report.notes.append(settings_note(s))
         report.notes.extend(getattr(self, "notes_extra", []))
         if decided["verdict"] == "unknown":
             report.notes.append("no DataLoader was seen in this job: nothing to diagnose")
@@ -286,6 +289,41 @@ def series_section(series: dict) -> dict:
     if not series.get("t_s"):
         return {}  # nothing was sampled (the job ended at once): no empty arrays in the JSON
     return r(series)
+
+
+def settings_overridden(records: list[dict]) -> list[dict]:
+    """The `settings` records of `dldoctor run --set`, one per overridden loader and process:
+    {"loader": creation order, "main_pid", "settings", "was", "not_applied"}."""
+    out = []
+    for rec in records:
+        if rec.get("type") != "settings":
+            continue
+        out.append(
+            {
+                "loader": rec.get("loader"),
+                "main_pid": rec.get("main_pid"),
+                "settings": dict(rec.get("settings") or {}),
+                "was": dict(rec.get("was") or {}),
+                "not_applied": dict(rec.get("not_applied") or {}),
+            }
+        )
+    return out
+
+
+def settings_note(s: dict) -> str:
+    def text(v):
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    parts = [
+        f"{k}={text(v)} (was {text(s['was'].get(k))})"
+        if k in s["was"] and s["was"][k] is not None
+        else f"{k}={text(v)}"
+        for k, v in s["settings"].items()
+    ]
+    parts += [f"{k} not applied ({why})" for k, why in s["not_applied"].items()]
+    return f"settings overridden (--set), loader {s['loader']} of process {s['main_pid']}: " + (
+        ", ".join(parts) or "none"
+    )
 
 
 def _hang_section(hang: dict, timeout_s: float) -> dict:

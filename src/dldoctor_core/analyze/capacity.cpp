@@ -50,11 +50,81 @@ std::vector<CpuBoundFetch> cpu_bound_fetches(const JobView& job, bool oversubscr
   return out;
 }
 
+namespace {
+
+/// Mean cores a set of processes used at once over a stretch of `passes` sampler passes.
+std::optional<double> cores(const ProcAgg& a, int passes) noexcept {
+  if (!a.cpu_pct || a.samples <= 0) return std::nullopt;
+  if (passes > 0) return *a.cpu_pct / 100.0 * double(a.samples) / double(passes);
+  double sum = 0;
+  for (const auto& [pid, pct] : a.cpu_pct_each) sum += pct / 100.0;
+  return sum;
+}
+
+}  // namespace
+
+int CpuBudget::workers() const noexcept {
+  const double fit = left() / std::max(per_worker, 1e-3);
+  const double whole = std::floor(fit + 1e-9);
+  return int(std::clamp(whole + (fit - whole >= kMinWorkerShare - 1e-9 ? 1.0 : 0.0), 1.0, 1e6));
+}
+
+std::optional<CpuBudget> cpu_budget(const JobView& job, const LoaderView* l) noexcept {
+  auto usable = job.usable_cpus();
+  if (!usable) return std::nullopt;
+  const JobView::CpuUse& use =
+      job.cpu_use.main_process.samples > 0
+          ? job.cpu_use
+          : JobView::CpuUse{job.main_process, job.all_workers, job.machine};
+  const int passes = use.machine.passes;
+  CpuBudget b;
+  b.usable = *usable;
+  b.main_processes = std::max(1, use.main_process.processes);
+  const auto main = cores(use.main_process, passes);
+  b.main_measured = main.has_value();
+  b.main_cores = main.value_or(double(b.main_processes * kMainProcessCores));
+  // Everything the machine runs less the job is other processes' only when the job may use
+  // every CPU of the machine: with a narrower affinity or quota, machine busy spans CPUs the
+  // job cannot use.
+  const auto& cpu = job.facts.cpu;
+  if (main && use.machine.cpu_busy_pct && cpu.online && *usable >= double(*cpu.online) - 1e-9) {
+    const double job_cores = *main + cores(use.workers, passes).value_or(0);
+    b.other_cores = std::max(0.0, *use.machine.cpu_busy_pct / 100.0 * *cpu.online - job_cores);
+  }
+  if (l != nullptr) {
+    for (const LoaderView& o : job.loaders)
+      if (o.loader != l->loader && o.config.num_workers > 0)
+        b.other_loaders_cores += cores(o.fetchers, 0).value_or(0);
+    b.per_worker = std::clamp(busy_fraction(*l).value_or(1.0), 0.05, 1.0);
+    // num_workers=0: the main process's CPU includes the fetch itself, which workers take over.
+    if (l->config.num_workers == 0 && main && l->data_stall_fraction)
+      b.main_cores = std::max(0.0, b.main_cores - *l->data_stall_fraction * b.per_worker);
+  }
+  return b;
+}
+
+std::string cpu_budget_text(const CpuBudget& b) {
+  std::string s = b.main_processes == 1
+                      ? std::string("the main process ")
+                      : "the " + std::to_string(b.main_processes) + " main processes ";
+  s += b.main_measured ? std::string(b.main_processes == 1 ? "uses " : "use ") + num(b.main_cores)
+                       : "are assumed to use " + num(b.main_cores) + " (not measured)";
+  s += " of the " + count_of(b.usable, "usable CPU");
+  if (b.other_cores) s += ", other processes " + num(*b.other_cores);
+  if (b.other_loaders_cores > 0)
+    s += ", the job's other loaders' workers " + num(b.other_loaders_cores);
+  return s + ", which leaves " + num(b.left()) + " for workers, each using " + num(b.per_worker) +
+         " while it fetches";
+}
+
 std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) noexcept {
-  auto spare = spare_cores(job);
-  if (!spare || *spare < 1) return std::nullopt;
-  if (cpu_contended(job, l).value_or(false)) return std::nullopt;
-  return l.config.num_workers + int(*spare);
+  auto b = cpu_budget(job, &l);
+  if (!b) return std::nullopt;
+  // Other processes' use unknown: queueing for a CPU says someone uses the "idle" ones.
+  if (!b->other_cores && cpu_contended(job, l).value_or(false)) return std::nullopt;
+  const int n = b->workers();
+  if (n <= l.config.num_workers) return std::nullopt;
+  return n;
 }
 
 FetchFigures fetch_figures(const JobView& job, const LoaderView& l, const Shortfall& s) {
@@ -76,14 +146,21 @@ FetchFigures fetch_figures(const JobView& job, const LoaderView& l, const Shortf
           .usable_cpus = job.usable_cpus(),
           .total_workers = job.total_workers,
           .configured_workers = configured,
+          .budget = cpu_budget(job, &l),
           .gpu = gpu_idle(job)};
 }
 
 std::string no_cpu_for_more_workers(const FetchFigures& x) {
-  if (!x.usable_cpus) return "More workers would not help (no CPU is spare for them): ";
-  return "The " + num(*x.usable_cpus) + " usable CPU" + (*x.usable_cpus == 1 ? "" : "s") +
-         " already run " + count_of(x.configured_workers, "worker") +
-         " and the main process, so more workers would not help: ";
+  if (!x.budget) return "More workers would not help (no CPU is spare for them): ";
+  std::string s = cpu_budget_text(*x.budget);
+  s[0] = char(std::toupper(static_cast<unsigned char>(s[0])));
+  if (x.budget->workers() > x.num_workers)  // the budget allows more, the queueing does not
+    return s +
+           "; but the workers queue for a CPU and other processes' use could not be "
+           "measured, so more workers would not help: ";
+  return s + ": " + count_of(x.configured_workers, "worker") +
+         (x.configured_workers == 1 ? " already uses" : " already use") +
+         " what is left, so more workers would not help: ";
 }
 
 void add_fetch_evidence(report::Finding& f, const FetchFigures& x) {
@@ -124,6 +201,11 @@ void add_fetch_evidence(report::Finding& f, const FetchFigures& x) {
   if (x.run_queue_delay_pct) f.add("run_queue_delay_pct", *x.run_queue_delay_pct);
   if (x.usable_cpus) f.add("usable_cpus", *x.usable_cpus);
   if (x.total_workers) f.add("total_workers", double(*x.total_workers));
+  if (x.budget) {
+    if (x.budget->main_measured) f.add("main_process_cpu_cores", x.budget->main_cores);
+    if (x.budget->other_cores) f.add("other_processes_cpu_cores", *x.budget->other_cores);
+    f.add("cpu_left_for_workers", x.budget->left());
+  }
   add_gpu_idle_evidence(f, x.gpu, x.data_stall_fraction);
 }
 
@@ -138,12 +220,6 @@ std::optional<double> busy_fraction(const LoaderView& l) noexcept {
   // on-CPU share alone would make CPU-bound workers look like they wait for I/O.
   if (l.fetchers.runq_delay_pct) busy += *l.fetchers.runq_delay_pct / 100.0;
   return std::clamp(busy, 0.0, 1.0);
-}
-
-std::optional<double> spare_cores(const JobView& job) noexcept {
-  auto usable = job.usable_cpus();
-  if (!usable) return std::nullopt;
-  return std::floor(*usable) - job.total_workers.value_or(0) - kMainProcessCores;
 }
 
 std::optional<bool> cpu_contended(const JobView& job, const LoaderView& l) noexcept {

@@ -41,10 +41,49 @@ inline constexpr double kCollateShare = 0.5;
 /// uncontended machine stays in the low single digits.
 inline constexpr double kFreeCpuRunQueuePct = 10.0;
 
-/// Cores each main process keeps for itself when workers are counted against the CPUs: it
-/// unpickles every batch from the workers' queue, runs the pin-memory thread and drives the
-/// model, and a worker on its core slows every step (the same count `dldoctor check` keeps).
+/// Cores each main process is assumed to keep for itself when its CPU use was not measured
+/// (and what `dldoctor check`, which has no job to measure, assumes): it unpickles every
+/// batch from the workers' queue, runs the pin-memory thread and drives the model. A
+/// measured main process counts for what it uses: one that mostly waits on a GPU (or on
+/// its loader) leaves most of its core to the workers.
 inline constexpr int kMainProcessCores = 1;
+
+/// One more worker is worth adding when the CPU left would give it at least this share of
+/// what one worker uses while fetching. Measured on the demo (1 worker decoding JPEGs, 2
+/// CPUs, the main process at 0.55 of a core, 1.4 CPUs left): the second worker, with 0.4
+/// of a core to it, made the loop 1.6-2.0x faster (bench/demo_prescription.py); below a
+/// quarter it mostly takes turns with the others and the main process.
+inline constexpr double kMinWorkerShare = 0.25;
+
+/// The CPU left for workers, from measurement: the usable CPUs less what the main processes
+/// use, less what other processes on those CPUs use (when the sampler can tell), less the
+/// job's other loaders' workers, against what one worker uses while it fetches.
+struct CpuBudget {
+  double usable = 0;           ///< usable CPUs (affinity and quota)
+  double main_cores = 0;       ///< the main processes' CPU, in cores
+  bool main_measured = false;  ///< false: kMainProcessCores per main process assumed
+  int main_processes = 1;
+  std::optional<double> other_cores;  ///< other processes' CPU on these CPUs: machine busy
+                                      ///< less the job's; empty when the sampler cannot tell
+                                      ///< (affinity or quota narrower than the machine)
+  double other_loaders_cores = 0;     ///< the job's other loaders' workers
+  double per_worker = 1;              ///< CPU one worker wants while it fetches (cores)
+  /// Cores left for this loader's workers.
+  double left() const noexcept {
+    return std::max(0.0, usable - main_cores - other_cores.value_or(0) - other_loaders_cores);
+  }
+  /// Workers whose CPU fits in left(): each whole worker, plus one more when the remainder
+  /// gives it at least kMinWorkerShare of what it wants; at least 1.
+  int workers() const noexcept;
+};
+/// The budget of loader `l` (null: of every worker of the job, each wanting a whole core);
+/// empty when the usable CPUs are unknown.
+std::optional<CpuBudget> cpu_budget(const JobView& job, const LoaderView* l) noexcept;
+
+/// The sentence that says where the CPU goes, in the job's numbers: "the main process uses
+/// 0.3 of the 2 usable CPUs and other processes 0.1, which leaves 1.6 for workers, each
+/// using 0.97 while it fetches".
+std::string cpu_budget_text(const CpuBudget& b);
 
 /// The workers' throughput against what the consumer asks for.
 struct FetchCapacity {
@@ -103,8 +142,9 @@ struct FetchFigures {
   std::optional<double> run_queue_delay_pct;  ///< sampler, the fetching processes
   std::optional<double> usable_cpus;
   std::optional<int> total_workers;
-  int configured_workers = 0;  ///< num_workers of every loader of the job, summed
-  GpuIdle gpu;                 ///< the job's GPUs over the same window as the stall
+  int configured_workers = 0;       ///< num_workers of every loader of the job, summed
+  std::optional<CpuBudget> budget;  ///< cpu_budget() of this loader
+  GpuIdle gpu;                      ///< the job's GPUs over the same window as the stall
 };
 FetchFigures fetch_figures(const JobView& job, const LoaderView& l, const Shortfall& s);
 
@@ -135,13 +175,15 @@ struct CpuBoundFetch {
 /// io_bound's); `oversubscribed`: too_many_workers is proven.
 std::vector<CpuBoundFetch> cpu_bound_fetches(const JobView& job, bool oversubscribed);
 
-/// The num_workers the idle CPUs allow this loader (its count plus the spare cores);
-/// empty when no CPU is spare, the CPUs are contended, or the usable count is unknown.
+/// The num_workers the measured CPU allows this loader (cpu_budget().workers()); empty when
+/// that is no more than it has, when the usable count is unknown, or when other processes'
+/// use could not be measured and the workers queue for a CPU (contended).
 std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) noexcept;
 
-/// The start of a fix when no CPU is spare for another worker: why more workers would not
-/// help, in the job's own numbers ("The 2 usable CPUs already run 1 worker and the main
-/// process, so more workers would not help: ").
+/// The start of a fix when no CPU is left for another worker: why more workers would not
+/// help, in the job's own measured numbers ("Of the 2 usable CPUs the main process uses
+/// 0.9 and other processes 0.2, which leaves 0.9 for workers, each using 1 while it fetches:
+/// 1 worker already uses it, so more workers would not help: ").
 std::string no_cpu_for_more_workers(const FetchFigures& f);
 
 /// Adds the figures every fetch finding shows, in their order (the GPU's idle share last).
@@ -150,9 +192,6 @@ void add_fetch_evidence(report::Finding& f, const FetchFigures& x);
 /// Share of the fetch the fetching process wants a CPU: on-CPU (thread CPU time / fetch
 /// time, from the events; else the sampler's CPU %) plus the run-queue delay when known.
 std::optional<double> busy_fraction(const LoaderView& l) noexcept;
-
-/// Cores nobody uses: usable − all workers − the main process; empty when unknown.
-std::optional<double> spare_cores(const JobView& job) noexcept;
 
 /// Whether the workers' CPUs are contended (run-queue delay ≥ kFreeCpuRunQueuePct);
 /// empty when the sampler could not tell.

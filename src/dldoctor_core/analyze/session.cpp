@@ -390,6 +390,14 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
       procs_.aggregate(worker_pids_locked(std::nullopt, v.from_ns, v.to_ns), from, v.to_ns);
   v.main_process = procs_.aggregate(main_pids, from, v.to_ns);
   v.machine = procs_.machine(from, v.to_ns);
+  if (v.whole_run) {
+    const int64_t since = std::max(v.from_ns, v.to_ns - ProcessTrack::kKeepNs);
+    v.cpu_use = {procs_.aggregate(main_pids, since, v.to_ns),
+                 procs_.aggregate(worker_pids_locked(std::nullopt, since, v.to_ns), since, v.to_ns),
+                 procs_.machine(since, v.to_ns)};
+  } else {
+    v.cpu_use = {v.main_process, v.all_workers, v.machine};
+  }
   v.failures = failures_.view(from, v.to_ns);
   v.gpu = gpu_.view(from, v.to_ns);
   for (WorkerDeath& d : v.failures.deaths)

@@ -215,6 +215,14 @@ struct JobView {
   ProcAgg all_workers;   ///< sampler figures over every worker process
   ProcAgg main_process;  ///< sampler figures over the main process(es)
   MachineAgg machine;
+  /// CPU use over the stretch the capacity model reads (analyze/capacity): the window
+  /// itself, or for the whole run the passes kept since the first event (at most the newest
+  /// 20 s), so the job's start-up (imports, building the dataset) does not count as what
+  /// the main process takes from the workers while the loop runs.
+  struct CpuUse {
+    ProcAgg main_process, workers;
+    MachineAgg machine;
+  } cpu_use;
   /// Deaths, error texts and runtime facts of the job (failure rules).
   FailureView failures;
   GpuView gpu;  ///< NVML's view of the GPUs (analyze/gpu_idle says which are the job's)

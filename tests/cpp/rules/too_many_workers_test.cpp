@@ -24,15 +24,35 @@ TEST(AnalyzeTooManyWorkers, OversubscribedCpuBoundWorkersAreTheVerdict) {
   EXPECT_NEAR(*num(f, "run_queue_delay_pct"), 60, 1e-9);
   EXPECT_NEAR(*num(f, "involuntary_cs_per_s"), 200, 1e-9);
   EXPECT_NEAR(*num(f, "worker_cpu_pct"), 33, 1e-9);
-  // floor(2 usable) - 1, never os.cpu_count() (64 online here).
-  EXPECT_EQ(*num(f, "recommended_num_workers"), 1);
-  EXPECT_NE(f.fix.find("num_workers=1"), std::string::npos) << f.fix;
+  // (2 usable - 0.6 main) = 1.4 cores: one whole worker and 0.4 of another, never
+  // os.cpu_count() (64 online).
+  EXPECT_EQ(*num(f, "recommended_num_workers"), 2);
+  EXPECT_NE(f.fix.find("the main process uses 0.6 of the 2 usable CPUs, which leaves 1.4"),
+            std::string::npos)
+      << f.fix;
+  EXPECT_NE(f.fix.find("num_workers=2"), std::string::npos) << f.fix;
   EXPECT_NE(f.why.find("main process"), std::string::npos);
   // The heavy __getitem__ is reported too, but as a partial cause.
   const report::Finding* g = find(r->whole, "slow_getitem");
   ASSERT_NE(g, nullptr);
   EXPECT_EQ(g->severity, report::Severity::kWarning);
   EXPECT_EQ(Session::verdict(r->recent), "too_many_workers");
+}
+
+TEST(AnalyzeTooManyWorkers, AMostlyWaitingMainProcessLeavesTheWorkersMoreCpu) {
+  Loader l = oversubscribed();
+  // 2 - 0.7 = 1.3: the second worker gets 0.3 of a core.
+  auto two = run(l, procs(l, 70.0, 33.0, 60.0, 200.0), 2);
+  EXPECT_EQ(*num(*find(two->whole, "too_many_workers"), "recommended_num_workers"), 2);
+  EXPECT_NEAR(*num(*find(two->whole, "too_many_workers"), "cpu_left_for_workers"), 1.3, 0.01);
+  auto one = run(l, procs(l, 80.0, 33.0, 60.0, 200.0), 2);  // 1.2: it would get 0.2
+  EXPECT_EQ(*num(*find(one->whole, "too_many_workers"), "recommended_num_workers"), 1);
+  // Not measured: a whole core kept for the main process, floor(2) - 1.
+  auto unmeasured = run(l, procs(l, std::nullopt, 33.0, 60.0, 200.0), 2);
+  const report::Finding* u = find(unmeasured->whole, "too_many_workers");
+  ASSERT_NE(u, nullptr);
+  EXPECT_EQ(*num(*u, "recommended_num_workers"), 1);
+  EXPECT_NE(u->fix.find("floor(usable CPUs 2) - 1"), std::string::npos) << u->fix;
 }
 
 TEST(AnalyzeTooManyWorkers, FlipsAtRunQueueDelayThreshold) {
@@ -102,7 +122,7 @@ TEST(AnalyzeTooManyWorkers, SplitsTheBudgetAcrossLoaders) {
   EXPECT_EQ(fs[0].id, "too_many_workers");
   EXPECT_EQ(fs[0].loader, -1);
   EXPECT_EQ(*num(fs[0], "total_workers"), 6);
-  // 3 workers (4 usable - 1) in proportion 4:2.
+  // 4 workers (4 usable - 0.6 main = 3.4) in proportion 4:2.
   EXPECT_NE(fs[0].fix.find("loader 0 num_workers=2"), std::string::npos) << fs[0].fix;
   EXPECT_NE(fs[0].fix.find("loader 1 num_workers=1"), std::string::npos) << fs[0].fix;
 }

@@ -51,15 +51,14 @@ report::Finding finding(const Evidence& e) {
 
   if (auto n = e.fetch.recommended_workers()) {
     f.add("recommended_num_workers", double(*n));
-    f.fix =
-        "Set num_workers=" + std::to_string(*n) + " (now " + std::to_string(x.num_workers) + ")" +
-        (*n == e.fetch.needed_workers
-             ? ": " +
-                   (c ? std::to_string(*n) + " workers supply " + num(*n / c->fetch_s) +
-                            " batches/s, above the loop's " + num(c->demand_bps)
-                      : supply_of(*n, x)) +
-                   "; then " + cheaper_collate_advice(e.fetch.custom_collate)
-             : ", all the idle CPUs allow, and " + cheaper_collate_advice(e.fetch.custom_collate));
+    f.fix = "Set num_workers=" + std::to_string(*n) + " (now " + std::to_string(x.num_workers) +
+            ")" +
+            (*n == e.fetch.needed_workers
+                 ? ": " + supply_of(*n, x) + "; then " +
+                       cheaper_collate_advice(e.fetch.custom_collate)
+                 : ", all the measured CPU allows" +
+                       (x.budget ? " (" + cpu_budget_text(*x.budget) + ")" : std::string()) +
+                       ", and " + cheaper_collate_advice(e.fetch.custom_collate));
   } else {
     f.fix = no_cpu_for_more_workers(x) + cheaper_collate_advice(e.fetch.custom_collate);
   }

@@ -51,12 +51,12 @@ report::Finding finding(const Evidence& e) {
   const std::string now = " (now " + std::to_string(x.num_workers) + ")";
   if (auto n = e.fetch.recommended_workers()) {
     f.add("recommended_num_workers", double(*n));
-    const int idle = *e.fetch.ceiling - x.num_workers;
+    const std::string room = x.budget ? " (" + cpu_budget_text(*x.budget) + ")" : "";
     f.fix = "Set num_workers=" + std::to_string(*n) + now +
             (*n == needed
-                 ? ": " + supply_of(*n, x) + ", and " + count_of(idle, "CPU") +
-                       (idle == 1 ? " is" : " are") + " idle."
-                 : ", all the idle CPUs allow (" + std::to_string(needed) +
+                 ? ": " + supply_of(*n, x) + ", and the measured CPU has room for them" + room +
+                       "."
+                 : ", all the measured CPU allows" + room + " (" + std::to_string(needed) +
                        " would be needed), and " + cheaper_getitem_advice(e.fetch.hot_functions));
   } else {
     f.fix = no_cpu_for_more_workers(x) + cheaper_getitem_advice(e.fetch.hot_functions);

@@ -55,6 +55,7 @@ std::optional<Evidence> detect(const JobView& job) {
   e.rank = {o->proven ? report::Severity::kCritical : report::Severity::kWarning,
             report::Tier::kMeasure, e.data_stall_fraction * queued};
   e.worker_cpu_pct = job.all_workers.cpu_pct;
+  if (auto b = cpu_budget(job, nullptr); b && b->main_measured) e.budget = b;
   for (const auto& [pid, pct] : job.all_workers.cpu_pct_each)
     e.worker_cpu_pct_each.emplace_back(pid, pct);
   return e;
@@ -62,7 +63,11 @@ std::optional<Evidence> detect(const JobView& job) {
 
 report::Finding finding(const Evidence& e) {
   const Oversubscription& o = e.over;
-  const int budget = std::max(1, int(std::floor(o.usable_cpus)) - kMainProcessCores);
+  // Measured: what the main processes and other processes leave, a whole core per
+  // CPU-bound worker; else floor(usable) less a core per main process.
+  const auto measured = e.budget;
+  const int budget = measured ? measured->workers()
+                              : std::max(1, int(std::floor(o.usable_cpus)) - kMainProcessCores);
   int current = 0;
   for (const auto& [id, n] : e.with_workers) current += n;
   std::string fix;
@@ -82,8 +87,11 @@ report::Finding finding(const Evidence& e) {
     fix.back() = ' ';
     fix += "(now " + std::to_string(o.total_workers) + " worker processes in all)";
   }
-  fix += ": floor(usable CPUs " + num(o.usable_cpus) +
-         ") - 1, computed from the CPUs this job may use, never from os.cpu_count().";
+  fix += measured ? ": " + cpu_budget_text(*measured) +
+                        ", computed from the CPUs this job may use, never from os.cpu_count()."
+                  : ": floor(usable CPUs " + num(o.usable_cpus) +
+                        ") - 1, computed from the CPUs this job may use, never from "
+                        "os.cpu_count().";
 
   // Every rank runs the same script: one num_workers for each rank's loader, the usable
   // CPUs less a core per rank's main process, shared by the ranks (what `dldoctor check
@@ -130,6 +138,11 @@ report::Finding finding(const Evidence& e) {
   } else if (recommended_one > 0) {
     f.add("recommended_num_workers", double(recommended_one));
   }
+  if (measured && measured->main_measured) {
+    f.add("main_process_cpu_cores", measured->main_cores);
+    if (measured->other_cores) f.add("other_processes_cpu_cores", *measured->other_cores);
+    f.add("cpu_left_for_workers", measured->left());
+  }
   f.fix = std::move(fix);
   f.why = std::to_string(o.total_workers) + " worker processes compete for " +
           count_of(o.usable_cpus, "usable CPU") + " (affinity and cgroup quota)" +
@@ -140,8 +153,14 @@ report::Finding finding(const Evidence& e) {
                ? " and is preempted " + num(*o.involuntary_cs_per_s) + " times a second"
                : std::string()) +
           ": they take turns instead of working in parallel, and every switch costs cache "
-          "warmth and memory. One CPU is left to the main process because it unpickles every "
-          "batch and runs the training step; a worker on its CPU slows every step. "
+          "warmth and memory. " +
+          (measured && measured->main_measured
+               ? std::string("The main process keeps the CPU it was measured using, because "
+                             "it unpickles every batch and runs the training step; a worker "
+                             "taking it slows every step. ")
+               : std::string("One CPU is left to the main process because it unpickles every "
+                             "batch and runs the training step; a worker on its CPU slows "
+                             "every step. ")) +
           "os.cpu_count() counts every CPU of the machine even when taskset, affinity or a "
           "container quota allow fewer.";
   if (!o.proven)

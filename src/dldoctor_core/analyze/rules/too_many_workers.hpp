@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "dldoctor_core/analyze/capacity.hpp"
 #include "dldoctor_core/analyze/view.hpp"
 #include "dldoctor_core/report/finding.hpp"
 
@@ -49,6 +50,8 @@ struct Evidence {
   int ranks = 1;
   std::optional<double> worker_cpu_pct;
   std::vector<std::pair<int, double>> worker_cpu_pct_each;  ///< (pid, %)
+  /// The CPU left for workers when the main processes' use was measured (analyze/capacity).
+  std::optional<CpuBudget> budget;
 };
 /// Oversubscribed workers while a loader stalls; empty when they fit or do not compete.
 std::optional<Evidence> detect(const JobView& job);
