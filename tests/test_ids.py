@@ -26,7 +26,6 @@ DESIGN_PATHS = [
 # Ids DESIGN.md already names whose finding is still to be built: not in the README's table,
 # not emitted, and the issue that adds them.
 PLANNED = {
-    "loader_error": "issue 10: an exception raised in a worker's __getitem__/collate",
     "straggler_rank": "issue 12: the rank that gates a data-parallel job",
 }
 
