@@ -523,7 +523,7 @@ SCENARIOS: list[dict] = [
     {
         "name": "pinned_memory_pressure",
         "script": "pinned_memory_pressure",
-        "args": ["--seconds", "2"],
+        "args": ["--seconds", "3"],  # over the 2 s of loop a "healthy" verdict needs
         "doctor_args": QUIET,
         "expect": "pinned_memory_pressure",
         "severity": "info",
@@ -537,7 +537,7 @@ SCENARIOS: list[dict] = [
     {
         "name": "pinned_memory_pressure/healthy",
         "script": "pinned_memory_pressure",
-        "args": ["--healthy", "--seconds", "2"],
+        "args": ["--healthy", "--seconds", "3"],
         "doctor_args": QUIET,
         "expect": "no pinned_memory_pressure",
     },
@@ -669,6 +669,19 @@ SCENARIOS: list[dict] = [
             "returncode": 1,
             "stderr": {"contains": "ValueError: loss is NaN at step 30"},
             "report": {"exit_code": 1, "loaders.0.batches": {">=": 30}},
+        },
+    },
+    # Half a second of loop is no evidence of health: the verdict is unknown, and says why.
+    {
+        "name": "loader_error/too_short",
+        "script": "loader_error",
+        "args": ["--healthy", "--seconds", "0.5"],
+        "doctor_args": QUIET,
+        "expect": "no loader_error",
+        "checks": {
+            "verdict": "unknown",
+            "report": {"notes": {"contains": "too short to judge"}},
+            "stderr": {"contains": "too short to judge"},
         },
     },
     {
