@@ -36,6 +36,9 @@ class Command:
             cmd = cmd[1:]
         if not cmd:
             raise DldoctorError("no command given: dldoctor run [options] -- python train.py")
+        from .paths import check_outputs
+
+        check_outputs(args)  # before the job runs, not after it
         if args.html:
             from ..reporters import html
 
