@@ -74,6 +74,24 @@ def test_bad_output_path_is_refused_before_the_job_runs(tmp_path, option, where,
     assert not marker.exists()  # the job never ran
 
 
+def test_a_write_that_fails_at_the_end_falls_back_and_keeps_the_exit_code(tmp_path):
+    out = tmp_path / "gone"
+    out.mkdir()
+    job = f"import shutil, sys; shutil.rmtree({str(out)!r}); sys.exit(3)"  # the folder goes away
+    proc = subprocess.run(
+        [sys.executable, "-m", "dldoctor", "run", "-q", "--json", str(out / "r.json"),
+         "--", sys.executable, "-c", job],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr  # the job's, not dldoctor's 2
+    line = next(x for x in proc.stderr.splitlines() if "could not write the JSON report" in x)
+    tmp = line.rsplit("written to ", 1)[1]
+    try:
+        assert '"schema": 1' in open(tmp).read()
+    finally:
+        os.unlink(tmp)
+
+
 def test_report_refuses_a_bad_output_path(tmp_path):
     src = tmp_path / "r.json"
     src.write_text('{"schema": 1, "verdict": "healthy", "findings": []}')
