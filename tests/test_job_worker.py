@@ -129,6 +129,7 @@ def test_exception_in_getitem_is_recorded_and_passes_through(job):
     (rec,) = [r for r in job.side if r.get("type") == "worker_exception" and r["loader"] == lid]
     assert rec["exc_type"] == "builtins.ValueError" and rec["message"] == "bad sample 6"
     assert "__getitem__" in rec["traceback"] and "dldoctor" not in rec["traceback"]
+    assert rec["samples"] == [4, 5, 6, 7] and rec["index"] == 1  # the failing batch's indices
     assert job.result["raises"] == "ValueError: bad sample 6"
 
 

@@ -44,6 +44,68 @@ def test_bad_hang_timeout_is_one_line(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize(
+    "option, where, says",
+    [
+        ("--json", "missing/r.json", "does not exist"),
+        ("--html", ".", "is a directory"),
+        ("--trace", "ro/t.json", "is not writable"),
+    ],
+)
+def test_bad_output_path_is_refused_before_the_job_runs(tmp_path, option, where, says):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    marker = tmp_path / "ran"
+    try:
+        if os.access(ro, os.W_OK) and where.startswith("ro/"):
+            pytest.skip("root writes into a read-only folder")
+        r = run_doctor(
+            [sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+            tmp_path,
+            [option, str(tmp_path / where)],
+        )
+    finally:
+        ro.chmod(0o700)
+    assert r.returncode == 2, r.stderr
+    lines = [line for line in r.stderr.strip().splitlines() if line]
+    assert len(lines) == 1 and lines[0].startswith(f"dldoctor: error: {option} "), r.stderr
+    assert says in lines[0]
+    assert not marker.exists()  # the job never ran
+
+
+def test_a_write_that_fails_at_the_end_falls_back_and_keeps_the_exit_code(tmp_path):
+    out = tmp_path / "gone"
+    out.mkdir()
+    job = f"import shutil, sys; shutil.rmtree({str(out)!r}); sys.exit(3)"  # the folder goes away
+    proc = subprocess.run(
+        [sys.executable, "-m", "dldoctor", "run", "-q", "--json", str(out / "r.json"),
+         "--", sys.executable, "-c", job],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr  # the job's, not dldoctor's 2
+    line = next(x for x in proc.stderr.splitlines() if "could not write the JSON report" in x)
+    tmp = line.rsplit("written to ", 1)[1]
+    try:
+        assert '"schema": 1' in open(tmp).read()
+    finally:
+        os.unlink(tmp)
+
+
+def test_report_refuses_a_bad_output_path(tmp_path):
+    src = tmp_path / "r.json"
+    src.write_text('{"schema": 1, "verdict": "healthy", "findings": []}')
+    proc = subprocess.run(
+        [sys.executable, "-m", "dldoctor", "report", str(src), "--json", str(tmp_path / "no/x")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("dldoctor: error: --json"), proc.stderr
+    assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_script_that_raises_keeps_its_exit_code_and_traceback(tmp_path):
     script = write(tmp_path, "boom.py", "raise SystemExit(7)\n")
     r = run_doctor([sys.executable, script], tmp_path)

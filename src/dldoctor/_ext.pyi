@@ -420,7 +420,7 @@ class Monitor:
 
     def decide(self, whole_run: bool = True) -> dict:
         """
-        The report decided: {'verdict', 'findings'}, most important first; over the whole run the newest hang's findings are merged in. 'unknown' when no DataLoader was seen.
+        The report decided: {'verdict', 'findings', 'note'}, most important first; over the whole run the newest hang's findings are merged in. 'unknown' when no DataLoader was seen, or a run too short to judge would be 'healthy'; 'note' says why ('' otherwise).
         """
 
     def loaders(self) -> list: ...

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "analyze_sim.hpp"
+#include "dldoctor_core/analyze/data_bound.hpp"
 
 namespace dldoctor::analyze {
 namespace {
@@ -119,6 +120,43 @@ TEST(AnalyzeVerdict, UnknownOnlyWhenNothingWasSeen) {
                   true, false);
   EXPECT_EQ(d.verdict, "slow_getitem");
   EXPECT_EQ(sim::ids(d.findings), (std::vector<std::string>{"slow_getitem", "io_bound"}));
+  EXPECT_EQ(decide({}, false, false).note, kNoLoaderNote);
+  EXPECT_EQ(decide({}, true, false).note, "");
+}
+
+TEST(AnalyzeVerdict, TooShortARunIsNotHealthy) {
+  // Not healthy without evidence: unknown, saying why; a critical finding still names the
+  // verdict (a crash after 3 batches is known), and a hang is diagnosed however short.
+  auto d = decide({finding("io_bound", kWarning, report::Tier::kMeasure, 0.3)}, true, false,
+                  "too short to judge: ...");
+  EXPECT_EQ(d.verdict, "unknown");
+  EXPECT_EQ(d.note, "too short to judge: ...");
+  EXPECT_EQ(decide({finding("loader_error", kCritical, report::Tier::kFailure, 0)}, true, false,
+                   "too short to judge: ...")
+                .verdict,
+            "loader_error");
+  EXPECT_EQ(decide({}, false, true, "too short to judge: ...").verdict, "healthy");
+}
+
+TEST(AnalyzeVerdict, TooShortAtTheDataBoundGatesEdges) {
+  // kMinSteadyBatches consumer steps and kMinJudgedLoopS of loop: one batch or a few ms short
+  // of either is too short, and the sentence gives the figures and what is needed.
+  auto note_after = [](double seconds, double step_ms) {
+    sim::Loader l;
+    l.step_ms = step_ms;
+    Session s;
+    s.set_facts(sim::facts(8));
+    sim::feed(s, l, sim::kT0, seconds);
+    return too_short_to_judge(s.view(0, Window::kWholeRun));
+  };
+  EXPECT_EQ(note_after(20, 20), "");
+  const std::string short_loop = note_after(1.0, 20);
+  EXPECT_NE(short_loop.find("too short to judge"), std::string::npos) << short_loop;
+  EXPECT_NE(short_loop.find("at least 5 batches and 2 s of loop"), std::string::npos) << short_loop;
+  EXPECT_EQ(note_after(2.3, 20), "");            // over 2 s of loop, dozens of batches
+  EXPECT_NE(note_after(2.3, 600), "");           // over 2 s, but only 4 steps: too few batches
+  EXPECT_EQ(note_after(3.5, 600), "");           // 6 steps of 0.6 s
+  EXPECT_EQ(too_short_to_judge(JobView{}), "");  // no loader: that is kNoLoaderNote's case
 }
 
 }  // namespace

@@ -646,7 +646,7 @@ SCENARIOS: list[dict] = [
     {
         "name": "pinned_memory_pressure",
         "script": "pinned_memory_pressure",
-        "args": ["--seconds", "2"],
+        "args": ["--seconds", "3"],  # over the 2 s of loop a "healthy" verdict needs
         "doctor_args": QUIET,
         "expect": "pinned_memory_pressure",
         "severity": "info",
@@ -660,30 +660,159 @@ SCENARIOS: list[dict] = [
     {
         "name": "pinned_memory_pressure/healthy",
         "script": "pinned_memory_pressure",
-        "args": ["--healthy", "--seconds", "2"],
+        "args": ["--healthy", "--seconds", "3"],
         "doctor_args": QUIET,
         "expect": "no pinned_memory_pressure",
     },
     # -- a report on every path --------------------------------------------------------------
-    # The training step raises: the job's own exit code and traceback, untouched, and a report.
+    # The dataset raises (issue 10): the job dies of the exception, its own exit code and
+    # traceback untouched, and the report names it: type, message, worker, the batch's
+    # samples, the frame, the batches before.
     {
-        "name": "job_crash",
-        "script": "job_crash",
-        "args": [],
+        "name": "loader_error",
+        "script": "loader_error",
+        "args": ["--workers", "2"],
         "doctor_args": QUIET,
-        "expect": "healthy",
+        "expect": "loader_error",
+        "severity": "critical",
+        "checks": {
+            "returncode": 1,
+            "verdict": "loader_error",
+            "stderr": {"contains": "ValueError: bad sample 500"},
+            "report": {"exit_code": 1, "loaders.0.batches": 31},
+            "findings": {
+                "loader_error": {
+                    "severity": "critical",
+                    "evidence": {
+                        "exception": "ValueError: bad sample 500",
+                        "stage": "__getitem__",
+                        "worker": {">=": 0},
+                        "worker_pid": {">": 0},
+                        "raised_at": {"contains": "loader_error.py:", "lacks": "torch"},
+                        "samples": "496-511",
+                        "batch_index": 31,
+                        "batches_before": 31,
+                    },
+                    "fix": {"contains": ["sample 500", "dataset[500]", "skip it"]},
+                }
+            },
+        },
+    },
+    {
+        "name": "loader_error/main_process",
+        "script": "loader_error",
+        "args": ["--workers", "0"],
+        "doctor_args": QUIET,
+        "expect": "loader_error",
+        "severity": "critical",
+        "checks": {
+            "returncode": 1,
+            "verdict": "loader_error",
+            "findings": {
+                "loader_error": {
+                    "title": {"contains": "main process (num_workers=0)"},
+                    "evidence": {
+                        "worker": -1,
+                        "raised_at": {"contains": "loader_error.py:"},
+                        "samples": "496-511",
+                        "batches_before": 31,
+                    },
+                }
+            },
+        },
+    },
+    {
+        "name": "loader_error/spawn",
+        "script": "loader_error",
+        "args": ["--workers", "2", "--start-method", "spawn"],
+        "doctor_args": QUIET,
+        "expect": "loader_error",
+        "severity": "critical",
+        "timeout": 180,
+        "checks": {
+            "returncode": 1,
+            "verdict": "loader_error",
+            "findings": {
+                "loader_error": {
+                    "evidence": {"exception": "ValueError: bad sample 500", "samples": "496-511"}
+                }
+            },
+        },
+    },
+    {
+        "name": "loader_error/iterable",
+        "script": "loader_error",
+        "args": ["--iterable", "--workers", "1", "--start-method", "spawn"],
+        "doctor_args": QUIET,
+        "expect": "loader_error",
+        "severity": "critical",
+        "timeout": 180,
+        "checks": {
+            "returncode": 1,
+            "verdict": "loader_error",
+            "findings": {
+                "loader_error": {
+                    "evidence": {
+                        "exception": "OSError: record 200: unexpected end of stream",
+                        "stage": "__iter__",
+                        "raised_at": {"contains": "loader_error.py:"},
+                        "batch_index": 12,  # 200 records of 16 a batch: in the 13th
+                        "samples": {"present": False},  # an IterableDataset has no indices
+                    },
+                    "fix": {"contains": "about 192 samples"},
+                }
+            },
+        },
+    },
+    {
+        "name": "loader_error/collate",
+        "script": "loader_error",
+        "args": ["--collate", "--workers", "1"],
+        "doctor_args": QUIET,
+        "expect": "loader_error",
+        "severity": "critical",
+        "checks": {
+            "returncode": 1,
+            "findings": {
+                "loader_error": {
+                    "evidence": {"stage": "collate_fn", "samples": "500-503"},
+                    "fix": {"contains": "do not collate together"},
+                }
+            },
+        },
+    },
+    # The training step raises: the job fails, not its loader (no loader_error), and a report.
+    {
+        "name": "loader_error/step_raises",
+        "script": "loader_error",
+        "args": ["--step-raises"],
+        "doctor_args": QUIET,
+        "expect": "no loader_error",
         "checks": {
             "returncode": 1,
             "stderr": {"contains": "ValueError: loss is NaN at step 30"},
             "report": {"exit_code": 1, "loaders.0.batches": {">=": 30}},
         },
     },
+    # Half a second of loop is no evidence of health: the verdict is unknown, and says why.
     {
-        "name": "job_crash/healthy",
-        "script": "job_crash",
-        "args": ["--healthy", "--seconds", "2"],
+        "name": "loader_error/too_short",
+        "script": "loader_error",
+        "args": ["--healthy", "--seconds", "0.5"],
         "doctor_args": QUIET,
-        "expect": "healthy",
+        "expect": "no loader_error",
+        "checks": {
+            "verdict": "unknown",
+            "report": {"notes": {"contains": "too short to judge"}},
+            "stderr": {"contains": "too short to judge"},
+        },
+    },
+    {
+        "name": "loader_error/healthy",
+        "script": "loader_error",
+        "args": ["--healthy", "--seconds", "3"],
+        "doctor_args": QUIET,
+        "expect": "no loader_error",
     },
     # -- beyond the field guide (issue 6) ----------------------------------------------------
     {

@@ -108,7 +108,7 @@ struct BatchContext {
   PyObject* iters;              ///< dict: id(iterator) -> IterState
   PyObject* pin_ns;             ///< dict: id(pinned batch) -> ns spent pinning it
   PyObject* on_batch_bytes;     ///< (batch) -> int
-  PyObject* on_fetch_error;     ///< (exc, loader, worker, index, t0_ns)
+  PyObject* on_fetch_error;     ///< (exc, loader, worker, index, t0_ns, indices)
   PyObject* on_slow_fetch;      ///< (loader, worker, index, fetch_ns, mean_ns, indices)
   PyObject* on_frame_index;     ///< () -> int
   PyObject* on_profile_start;   ///< () -> profiler or None
@@ -390,8 +390,8 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
       Py_DECREF(profiler);
     }
     if (go_on && err.is(PyExc_Exception) && !err.is(PyExc_StopIteration))
-      go_on = call_back(c.on_fetch_error, "OiiLL", err.value ? err.value : Py_None, loader, worker,
-                        idx, (long long)t0);
+      go_on = call_back(c.on_fetch_error, "OiiLLO", err.value ? err.value : Py_None, loader, worker,
+                        idx, (long long)t0, args[1]);
     if (!go_on) {
       err.drop();
       return nullptr;

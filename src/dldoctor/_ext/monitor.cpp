@@ -89,11 +89,14 @@ void register_monitor(nb::module_& m) {
             nb::dict out;
             out["verdict"] = d.verdict;
             out["findings"] = findings_to_list(d.findings);
+            out["note"] = d.note;
             return out;
           },
           nb::arg("whole_run") = true,
-          "The report decided: {'verdict', 'findings'}, most important first; over the whole "
-          "run the newest hang's findings are merged in. 'unknown' when no DataLoader was seen.")
+          "The report decided: {'verdict', 'findings', 'note'}, most important first; over the "
+          "whole run the newest hang's findings are merged in. 'unknown' when no DataLoader was "
+          "seen, or a run too short to judge would be 'healthy'; 'note' says why ('' "
+          "otherwise).")
       .def("loaders",
            [](Monitor& self) {
              std::vector<analyze::LoaderSummary> ls;

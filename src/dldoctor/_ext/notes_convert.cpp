@@ -60,6 +60,15 @@ analyze::FailureNote failure_note_from_dict(nb::handle d) {
     if (x.message.size() > 4096) x.message.resize(4096);
     x.cuda_peak_bytes = read<int64_t>(d, "cuda_peak_bytes", w);
     x.cuda_total_bytes = read<int64_t>(d, "cuda_total_bytes", w);
+    x.index = read<int>(d, "index", w).value_or(-1);
+    x.epoch = read<int64_t>(d, "epoch", w).value_or(0);
+    for (nb::handle s : read_list(d, "samples", w, Bad::kUnknown))
+      if (auto i = as<int64_t>(s, w, "samples", Bad::kUnknown);
+          i && x.samples.size() < x.kMaxSamples)
+        x.samples.push_back(*i);
+    x.traceback = read_str(d, "traceback", w);
+    if (x.traceback.size() > x.kMaxTraceback)
+      x.traceback.erase(0, x.traceback.size() - x.kMaxTraceback);  // the newest frames
     x.t_ns = t;
     return x;
   }

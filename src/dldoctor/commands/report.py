@@ -21,7 +21,9 @@ class Command:
     def run(self, args) -> int:
         from ..report import Report
         from ..reporters import terminal
+        from .paths import check_outputs
 
+        check_outputs(args, ("json", "html"))
         if args.html:
             from ..reporters import html
 

@@ -59,6 +59,9 @@ class Command:
         if not cmd:
             raise DldoctorError("no command given: dldoctor run [options] -- python train.py")
         args.overrides = parse_overrides(getattr(args, "overrides", None) or [])
+        from .paths import check_outputs
+
+        check_outputs(args)  # before the job runs, not after it
         if args.html:
             from ..reporters import html
 

@@ -28,7 +28,7 @@ CTX = _ext.batch_context
 # more than the batch itself.
 BYTES_MAX_ITEMS = 512
 
-# Sample indices kept in a slow_batch record.
+# Sample indices kept in a slow_batch or worker_exception record.
 SLOW_SAMPLES = 64
 
 
@@ -257,8 +257,21 @@ def frame_index() -> int:
         return -1
 
 
-def on_fetch_error(e: BaseException, loader: int, worker: int, idx: int, t0: int) -> None:
-    """The user's fetch raised `e` (it then reaches the loader unchanged)."""
+def batch_samples(indices) -> list[int] | None:
+    """The first SLOW_SAMPLES dataset indices of a fetch's argument (a batch's list of
+    indices, or one index); None when they are not indices (an IterableDataset's Nones)."""
+    try:
+        if isinstance(indices, (list, tuple, range)):
+            return [int(i) for i in indices[:SLOW_SAMPLES]]
+        return [int(indices)]
+    except Exception:
+        return None
+
+
+def on_fetch_error(
+    e: BaseException, loader: int, worker: int, idx: int, t0: int, indices=None
+) -> None:
+    """The user's fetch of `indices` raised `e` (it then reaches the loader unchanged)."""
     try:
         emit = PROCESS.emit
         if emit is not None:
@@ -283,6 +296,7 @@ def on_fetch_error(e: BaseException, loader: int, worker: int, idx: int, t0: int
             worker=worker,
             epoch=CTX.epoch,
             index=idx,
+            samples=batch_samples(indices),
             exc_type=f"{type(e).__module__}.{type(e).__qualname__}",
             message=message[:4000],
             traceback=text[-16000:],
@@ -293,13 +307,7 @@ def on_fetch_error(e: BaseException, loader: int, worker: int, idx: int, t0: int
 
 def on_slow_fetch(loader: int, worker: int, idx: int, fetch_ns: int, mean_ns: int, indices):
     """A fetch took far longer than this stream's mean: name its samples (straggler_worker)."""
-    try:
-        if isinstance(indices, (list, tuple, range)):
-            samples = [int(i) for i in indices[:SLOW_SAMPLES]]
-        else:
-            samples = [int(indices)]
-    except Exception:
-        samples = None
+    samples = batch_samples(indices)
     note(
         "slow_batch",
         loader=loader,

@@ -113,6 +113,11 @@ class FailureNotes:
                     "t_ns": rec.get("t_ns"),
                     "cuda_peak_bytes": rec.get("cuda_peak_bytes"),
                     "cuda_total_bytes": rec.get("cuda_total_bytes"),
+                    # A fetch's exception (loader_error): where it was raised and on what.
+                    "traceback": rec.get("traceback"),
+                    "samples": rec.get("samples"),
+                    "index": rec.get("index"),
+                    "epoch": rec.get("epoch"),
                 }
             )
         elif kind == "cuda_memory":

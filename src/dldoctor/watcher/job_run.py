@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from ..errors import DldoctorError
@@ -149,7 +150,7 @@ class JobRun:
                 )
             terminal.print_report(report)
             if self.args.json:
-                report.write_json(self.args.json)
+                _write_or_fallback(report.write_json, self.args.json, ".json", "JSON report")
             self._write_html_and_trace(watcher, report)
             return HANG_ABORT_EXIT if self.aborted else code
         finally:
@@ -185,14 +186,19 @@ class JobRun:
         if self.args.html:
             from ..reporters import html
 
-            html.write(self.args.html, report)
-            print(f"dldoctor: HTML report written to {self.args.html}", file=sys.stderr)
+            path = _write_or_fallback(
+                lambda p: html.write(p, report), self.args.html, ".html", "HTML report"
+            )
+            print(f"dldoctor: HTML report written to {path}", file=sys.stderr)
         if self.args.trace:
             from ..reporters import chrome_trace
 
-            chrome_trace.write(self.args.trace, watcher.monitor.trace_events(), report)
+            events = watcher.monitor.trace_events()
+            path = _write_or_fallback(
+                lambda p: chrome_trace.write(p, events, report), self.args.trace, ".json", "trace"
+            )
             print(
-                f"dldoctor: trace written to {self.args.trace} (open it in ui.perfetto.dev)",
+                f"dldoctor: trace written to {path} (open it in ui.perfetto.dev)",
                 file=sys.stderr,
             )
 
@@ -272,3 +278,21 @@ class JobRun:
                     flush=True,
                 )
         return rc if rc >= 0 else 128 - rc
+
+
+def _write_or_fallback(write, path: str, suffix: str, what: str) -> str:
+    """write(path); when that fails at the end of the run (the folder went away, the disk is
+    full), write a temporary file instead and say where: the job's exit code is kept and
+    the report not lost. The path written."""
+    try:
+        write(path)
+        return path
+    except (DldoctorError, OSError) as e:
+        fd, tmp = tempfile.mkstemp(prefix="dldoctor-", suffix=suffix)
+        os.close(fd)
+        write(tmp)
+        print(
+            f"dldoctor: could not write the {what} to {path} ({e}); written to {tmp}",
+            file=sys.stderr,
+        )
+        return tmp

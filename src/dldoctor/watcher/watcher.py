@@ -215,8 +215,8 @@ class Watcher:
         for s in report.settings_overridden:
             report.notes.append(settings_note(s))
         report.notes.extend(getattr(self, "notes_extra", []))
-        if decided["verdict"] == "unknown":
-            report.notes.append("no DataLoader was seen in this job: nothing to diagnose")
+        if decided["note"]:  # why the verdict is unknown: no DataLoader, or too short a run
+            report.notes.append(decided["note"])
         dropped = self.monitor.dropped
         if dropped:
             report.notes.append(f"{dropped} events were dropped (the event ring was full)")

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "dldoctor_core/analyze/view.hpp"
 
@@ -31,9 +32,16 @@ inline constexpr double kMinJudgedLoopS = 2.0;
 /// 200; fewer come only from a window cut short, which says nothing.
 inline constexpr int64_t kMinStackSamples = 20;
 
+/// Enough consumer steps (kMinSteadyBatches) and loop time (kMinJudgedLoopS) to judge.
+bool judged(const LoaderView& l) noexcept;
 /// Enough batches to judge, and the loop waits on the loader at least kDataStallFraction.
 bool stalled(const LoaderView& l) noexcept;
 /// Enough batches to judge, and the loop waits on the loader less than kDataStallFraction.
 bool keeps_up(const LoaderView& l) noexcept;
+
+/// Why `job` is too short to call healthy: "" when a loader of it has enough batches and loop
+/// time to judge (or it has no loader), else a sentence with the figures of the loader that
+/// came closest and what a verdict needs.
+std::string too_short_to_judge(const JobView& job);
 
 }  // namespace dldoctor::analyze

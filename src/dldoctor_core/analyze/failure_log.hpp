@@ -60,6 +60,16 @@ struct ErrorNote {
   int64_t t_ns = 0;
   /// CUDA figures at the error, when CUDA was initialized (an uncaught CUDA OOM).
   std::optional<int64_t> cuda_peak_bytes, cuda_total_bytes;
+  /// A fetch's exception (kWorker): the batch it was fetching, by its index in the epoch
+  /// (-1 unknown), the epoch (0 unknown) and the dataset indices of its samples (at most
+  /// kMaxSamples; empty when unknown or not indices: an IterableDataset), and the Python
+  /// traceback (its newest kMaxTraceback characters).
+  int index = -1;
+  int64_t epoch = 0;
+  std::vector<int64_t> samples;
+  std::string traceback;
+  static constexpr size_t kMaxSamples = 64;
+  static constexpr size_t kMaxTraceback = 8192;
 };
 
 /// Facts of the job's main process at a loader's iterator start.

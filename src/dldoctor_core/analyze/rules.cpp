@@ -12,6 +12,7 @@
 #include "dldoctor_core/analyze/rules/cuda_oom_risk.hpp"
 #include "dldoctor_core/analyze/rules/fd_limit.hpp"
 #include "dldoctor_core/analyze/rules/io_bound.hpp"
+#include "dldoctor_core/analyze/rules/loader_error.hpp"
 #include "dldoctor_core/analyze/rules/main_process_bound.hpp"
 #include "dldoctor_core/analyze/rules/pinned_memory_pressure.hpp"
 #include "dldoctor_core/analyze/rules/ram_pressure.hpp"
@@ -64,6 +65,7 @@ std::vector<report::Finding> run_rules(const JobView& job) {
   emit(out, cuda_oom_risk::detect(job));
   emit(out, fd_limit::detect(job));
   emit(out, worker_died::detect(job));
+  emit(out, loader_error::detect(job));
   // Last: the rank that gates a data-parallel job, named with what the rules above found
   // about its loader.
   emit(out, straggler_rank::detect(job, out));

@@ -463,6 +463,13 @@ void Session::label_ranks(std::vector<report::Finding>& findings) const {
   }
 }
 
+std::vector<report::Finding> Session::findings(int64_t now_ns, Window w,
+                                               std::string& too_short) const {
+  JobView v = view(now_ns, w);
+  too_short = too_short_to_judge(v);
+  return run_rules(v);
+}
+
 std::string Session::verdict(const std::vector<report::Finding>& findings) {
   return analyze::verdict(findings);
 }

@@ -58,10 +58,20 @@ std::vector<report::Finding> with_hang(std::vector<report::Finding> run,
   return out;
 }
 
-Decision decide(std::vector<report::Finding> findings, bool any_loader, bool hung) {
+Decision decide(std::vector<report::Finding> findings, bool any_loader, bool hung,
+                const std::string& too_short) {
   order_findings(findings);
   Decision d;
-  d.verdict = !any_loader && !hung ? "unknown" : verdict(findings);
+  if (!any_loader && !hung) {
+    d.verdict = "unknown";
+    d.note = kNoLoaderNote;
+  } else {
+    d.verdict = verdict(findings);
+    if (d.verdict == "healthy" && !hung && !too_short.empty()) {
+      d.verdict = "unknown";
+      d.note = too_short;
+    }
+  }
   d.findings = std::move(findings);
   return d;
 }

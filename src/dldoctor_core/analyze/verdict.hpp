@@ -14,8 +14,11 @@ namespace dldoctor::analyze {
 struct Decision {
   std::vector<report::Finding> findings;
   /// The id of the most important critical finding; "healthy" when there is none; "unknown"
-  /// when no DataLoader was seen and nothing hung (there was nothing to diagnose).
+  /// when no DataLoader was seen and nothing hung (there was nothing to diagnose), or when
+  /// it would be "healthy" from a run too short to judge.
   std::string verdict;
+  /// Why the verdict is "unknown" ("" otherwise), one sentence for the report's notes.
+  std::string note;
 };
 
 /// True when `a` is more important than `b`: higher severity, then higher tier, then higher
@@ -38,8 +41,14 @@ inline constexpr const char* kBatchesLost = "batches_lost";
 std::vector<report::Finding> with_hang(std::vector<report::Finding> run,
                                        const std::vector<report::Finding>& hang);
 
+/// The note of a verdict "unknown" because no DataLoader was seen.
+inline constexpr const char* kNoLoaderNote =
+    "no DataLoader was seen in this job: nothing to diagnose";
+
 /// Orders `findings` and names the verdict; "unknown" when `any_loader` is false and
-/// `hung` is false.
-Decision decide(std::vector<report::Finding> findings, bool any_loader, bool hung);
+/// `hung` is false, and "unknown" instead of "healthy" when `too_short` says why the run is
+/// too short to judge (data_bound's too_short_to_judge()): no evidence is not health.
+Decision decide(std::vector<report::Finding> findings, bool any_loader, bool hung,
+                const std::string& too_short = "");
 
 }  // namespace dldoctor::analyze

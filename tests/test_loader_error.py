@@ -1,4 +1,4 @@
-"""A report on every path: the job_crash scenario raising in its training step (checks
+"""A report on every path: the loader_error scenario's twin raising in its training step (checks
 beyond the catalog entry's, on the same run), and interrupted with Ctrl-C."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.scenario
 
 
 def test_the_jobs_traceback_is_untouched_and_none_of_ours(tmp_path):
-    r = run_entry(catalog.by_name("job_crash"), tmp_path)
+    r = run_entry(catalog.by_name("loader_error/step_raises"), tmp_path)
     assert r.returncode == 1  # the script's own exit code
     assert "Traceback" not in r.stderr.split("ValueError: loss is NaN")[1]  # none of ours
 
@@ -26,7 +26,7 @@ def test_ctrl_c_is_forwarded_to_the_job_and_the_report_written(tmp_path):
     out = tmp_path / "r.json"
     cmd = [
         sys.executable, "-m", "dldoctor", "run", "-q", "--json", str(out),
-        "--", *scenario("job_crash", "--forever"),
+        "--", *scenario("loader_error", "--forever"),
     ]  # fmt: skip
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
