@@ -164,4 +164,6 @@ def test_report_html_without_series_and_bad_path(tmp_path):
         timeout=60,
     )
     assert p.returncode != 0
-    assert "Traceback" not in p.stderr and "cannot write the HTML report" in p.stderr
+    # Refused before anything is written: one line naming the path and why.
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.count("\n") == 1 and "/nonexistent" in p.stderr and "does not exist" in p.stderr

@@ -28,7 +28,7 @@ Z95 = 1.96
 MIN_S = 4.0  # per-second rates at least, before the interval is trusted
 BIN_BATCHES = 8  # a rate spans at least this many batches (up to BIN_MAX_S seconds)
 BIN_MAX_S = 5.0
-END_GRACE_S = 3.0  # SIGTERM, then SIGKILL after this
+KILL_GRACE_S = 3.0  # SIGTERM, then SIGKILL after this
 FIRST_BATCH_S = 60.0  # no batch by then: the trial failed (spawned workers import torch)
 
 
@@ -85,7 +85,7 @@ def _end(child: subprocess.Popen) -> None:
         except ProcessLookupError:
             break
         try:
-            child.wait(timeout=END_GRACE_S)
+            child.wait(timeout=KILL_GRACE_S)
             break
         except subprocess.TimeoutExpired:
             continue

@@ -411,10 +411,8 @@ JobView Session::view(int64_t now_ns, Window w) const {
 }
 
 std::vector<report::Finding> Session::findings(int64_t now_ns, Window w) const {
-  JobView v = view(now_ns, w);  // rules run outside the lock: ingest is never held up
-  std::vector<report::Finding> out = run_rules(v);
-  label_ranks(out);
-  return out;
+  std::string too_short;
+  return findings(now_ns, w, too_short);
 }
 
 void Session::note_rank(uint16_t loader, RankId rank) {
@@ -465,9 +463,11 @@ void Session::label_ranks(std::vector<report::Finding>& findings) const {
 
 std::vector<report::Finding> Session::findings(int64_t now_ns, Window w,
                                                std::string& too_short) const {
-  JobView v = view(now_ns, w);
+  JobView v = view(now_ns, w);  // rules run outside the lock: ingest is never held up
   too_short = too_short_to_judge(v);
-  return run_rules(v);
+  std::vector<report::Finding> out = run_rules(v);
+  label_ranks(out);  // every path to the findings labels their ranks
+  return out;
 }
 
 std::string Session::verdict(const std::vector<report::Finding>& findings) {
