@@ -32,15 +32,6 @@ def job(tmp_path_factory):
     return hooked_job(tmp_path_factory)
 
 
-@pytest.fixture()
-def in_process(tmp_path):
-    ring = _ext.EventRing.create(str(tmp_path / "events.ring"), 1 << 16)
-    assert hooks.install(ring.path, str(tmp_path))
-    yield ring
-    hooks.uninstall()
-    ring.close()
-
-
 def test_single_process_loader_is_measured_in_the_main_process(job):
     lid = loader_of(job, "SingleMap")
     (start,) = events(job, lid, K.K_ITER_START)

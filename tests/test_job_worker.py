@@ -23,23 +23,13 @@ from _hooked_job import (  # noqa: E402
     hooked_job,
     loader_of,
 )
-from dldoctor import _ext  # noqa: E402
 from dldoctor.job import events as K  # noqa: E402
-from dldoctor.job import hooks, worker  # noqa: E402
+from dldoctor.job import worker  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     return hooked_job(tmp_path_factory)
-
-
-@pytest.fixture()
-def in_process(tmp_path):
-    ring = _ext.EventRing.create(str(tmp_path / "events.ring"), 1 << 16)
-    assert hooks.install(ring.path, str(tmp_path))
-    yield ring
-    hooks.uninstall()
-    ring.close()
 
 
 @pytest.mark.parametrize(
