@@ -231,6 +231,28 @@ def test_io_bound_healthy_twin_is_quiet(tmp_path):
     assert "io_bound" not in r.ids() and r.loud() == [], r.report["findings"]
 
 
+def test_cow_memory_growth_over_time(tmp_path):
+    # No hooks count the samples read: the growth is read over time, a worker's Private_Dirty
+    # rising while its RSS stays (the pages it shared with the main process turned private).
+    with job(scenario("cow_memory_growth", "--seconds", "120"), workers=2, settle_s=0.5) as p:
+        r = attach(p.pid, tmp_path, seconds="10")
+    assert r.returncode == 0, r.stderr
+    f = r.finding("cow_memory_growth")
+    ev = f["evidence"]
+    assert ev["private_dirty_mib_per_s"] >= 1 and ev["workers_growing"] >= 1, ev
+    assert "unknown" in ev["samples_read"] and ev["projected_growth_next_10_min_mib"] > 0, ev
+    assert "a second" in f["title"] and "numpy" in f["fix"], f
+    no_traceback(r)
+
+
+def test_cow_memory_growth_healthy_twin_is_quiet(tmp_path):
+    # The same paths in one numpy array: reading them writes to no shared page.
+    with job(scenario("cow_memory_growth", "--healthy", "--seconds", "120"), workers=2) as p:
+        r = attach(p.pid, tmp_path, seconds="10")
+    assert r.returncode == 0, r.stderr
+    assert "cow_memory_growth" not in r.ids(), r.report["findings"]
+
+
 # -- the job found from a torchrun agent -----------------------------------------------------
 
 

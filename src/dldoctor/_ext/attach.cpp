@@ -32,6 +32,9 @@ namespace nb = nanobind;
 namespace dldoctor::ext {
 namespace {
 
+/// The % of one core an attached job's smaps_rollup reads may use (PyAttach::start).
+constexpr double kAttachSmapsBudgetPct = 1.0;
+
 using analyze::AttachedLoader;
 using analyze::AttachSession;
 
@@ -205,11 +208,20 @@ class PyAttach {
     if (sampler_) throw Error("attach: already started");
     sample::SamplerOptions so;
     so.interval_ns = int64_t(interval_s_ * 1e9);
-    // smaps_rollup within its own small budget only (not `run`'s whole 1%): attached, no
-    // rule reads a worker's memory series (copy-on-write growth needs the samples read), and
-    // every cycle here is the job's.
+    // smaps_rollup within its own budget (not `run`'s whole-sampler one): copy-on-write
+    // growth over time needs a worker's Private_Dirty every few seconds, and one read of a
+    // forked torch worker walks its page tables for 5-25 ms. 1% of one core gives each of
+    // two workers a read every 1-3 s; every cycle here is the job's, so no more.
+    so.smaps_budget_pct = kAttachSmapsBudgetPct;
     so.total_budget_pct = 0;
     sampler_ = std::make_unique<sample::Sampler>(roots.front(), so);
+    // The workers' memory first: theirs is the series a rule reads (the main process's only
+    // adds to the RAM figures, which do not need it every few seconds).
+    std::set<int> workers;
+    for (const AttachedLoader& l : session_->loaders())
+      for (int pid : l.worker_pids)
+        if (pid > 0) workers.insert(pid);
+    sampler_->set_smaps_priority([workers](int pid) { return workers.count(pid) > 0; });
     for (size_t i = 1; i < roots.size(); ++i) sampler_->add_root(roots[i]);
     const int64_t t0 = now_ns();
     series_.start(t0);

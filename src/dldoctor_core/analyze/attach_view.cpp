@@ -195,6 +195,17 @@ void AttachSession::ingest(const sample::Snapshot& s) {
   for (const sample::ProcessSample& p : s.processes) {
     if (p.cpu_ns_total && !cpu_at_start_.count(p.pid))
       cpu_at_start_[p.pid] = watchdog::CpuMark{s.t_ns, p.cpu_ns_total};
+    // A worker's memory over time, for copy-on-write growth (no samples read are known).
+    int of_worker = -1;
+    if (p.smaps_fresh && p.private_dirty_bytes && loader_of(p.pid, &of_worker) && of_worker >= 0) {
+      std::vector<MemoryPoint>& pts = memory_[p.pid];
+      if (pts.size() >= kMaxMemoryPoints) {  // thinned to every other read, the first kept
+        std::vector<MemoryPoint> kept;
+        for (size_t i = 0; i < pts.size(); i += 2) kept.push_back(pts[i]);
+        pts = std::move(kept);
+      }
+      pts.push_back(MemoryPoint{s.t_ns, 0, *p.private_dirty_bytes, p.pss_bytes, p.rss_bytes});
+    }
     // The thread pools of a worker whose threads compete, once (as the Monitor does).
     if (!p.active_threads || *p.active_threads < 2 || probed_.count(p.pid)) continue;
     int worker = -1;
@@ -407,8 +418,13 @@ LoaderView AttachSession::loader_view_locked(const AttachedLoader& a) const {
                      });
     if (l.hot_functions.size() > 64) l.hot_functions.resize(64);
   }
-  for (int pid : l.worker_pids)
+  for (size_t i = 0; i < a.worker_pids.size(); ++i) {
+    const int pid = a.worker_pids[i];
+    if (pid <= 0) continue;
     if (auto it = pools_.find(pid); it != pools_.end()) l.worker_pools.push_back(it->second);
+    if (auto it = memory_.find(pid); it != memory_.end())
+      l.worker_memory.push_back(WorkerMemory{pid, int(i), it->second, true});
+  }
   l.stacks = st;
   return l;
 }

@@ -182,6 +182,8 @@ class AttachSession {
   std::map<int, watchdog::CpuMark> cpu_at_start_;  ///< each process at its first pass
   std::map<int, std::string> collate_seen_;  ///< per loader: a custom collate_fn in the stacks
   std::map<int, std::vector<std::string>> threads_at_fork_;  ///< per main pid
+  static constexpr size_t kMaxMemoryPoints = 32;  ///< smaps reads per worker; thinned when full
+  std::map<int, std::vector<MemoryPoint>> memory_;  ///< worker pid -> its smaps reads
   std::set<int> stuck_;                                      ///< loaders captured as stuck
   int64_t from_ns_ = 0, to_ns_ = 0;
 };

@@ -44,6 +44,9 @@ struct WorkerMemory {
   int pid = 0;
   int worker = -1;
   std::vector<MemoryPoint> points;
+  /// The samples read are unknown (an attached job: no hooks), so `samples` is 0 in every
+  /// point and the series is read over time.
+  bool over_time = false;
 };
 
 /// One top-level attribute of a dataset object (from the hooks, in the main process).

@@ -149,5 +149,52 @@ TEST(AnalyzeCow, ProjectionAgainstAvailableMemorySetsSeverity) {
   EXPECT_EQ(find(info, "cow_memory_growth")->severity, report::Severity::kInfo);
 }
 
+/// An attached job: no samples read, two forked workers' smaps reads every 2 s over `seconds`,
+/// Private_Dirty rising at `mib_per_s` until `stop_s` (0: never); `allocated`: RSS rises with
+/// it (the worker's own memory, not copies).
+std::vector<cow_memory_growth::Evidence> attached(double mib_per_s, int seconds = 10,
+                                                  double stop_s = 0, bool allocated = false) {
+  JobView v;
+  LoaderView l;
+  l.config.num_workers = 2;
+  l.config.start_method = trace::StartMethod::kFork;
+  for (int w = 0; w < 2; ++w) {
+    WorkerMemory wm{1000 + w, w, {}, true};
+    for (int t = 0; t <= seconds; t += 2) {
+      const double grown = mib_per_s * kMiB * (stop_s > 0 ? std::min<double>(t, stop_s) : t);
+      const int64_t rss = int64_t(450 * kMiB + (allocated ? grown : 0));
+      wm.points.push_back(
+          MemoryPoint{kT0 + t * kS, 0, int64_t(10 * kMiB + grown), std::nullopt, rss});
+    }
+    l.worker_memory.push_back(wm);
+  }
+  v.loaders.push_back(l);
+  v.machine.mem_available_last_bytes = int64_t(16) << 30;
+  return cow_memory_growth::detect(v);
+}
+
+TEST(AnalyzeCow, AttachedGrowthIsReadOverTime) {
+  auto es = attached(5);
+  ASSERT_EQ(es.size(), 1u);
+  EXPECT_TRUE(es[0].over_time);
+  EXPECT_NEAR(es[0].slope_mean, 5 * kMiB, 1);
+  // 10 minutes at 5 MiB/s is more than each still shares (450 - 60 MiB): capped there.
+  EXPECT_NEAR(es[0].projected_more, 2 * (450 - 60) * kMiB, 1);
+  EXPECT_EQ(es[0].rank.severity, report::Severity::kWarning);
+  const report::Finding f = cow_memory_growth::finding(es[0]);
+  EXPECT_NEAR(*num(f, "private_dirty_mib_per_s"), 5, 1e-9);
+  EXPECT_NE(text(f, "samples_read")->find("unknown"), std::string::npos);
+  EXPECT_NE(f.title.find("a second"), std::string::npos) << f.title;
+}
+
+TEST(AnalyzeCow, AttachedEdges) {
+  EXPECT_TRUE(attached(0.9).empty());                         // under 1 MiB/s
+  EXPECT_TRUE(attached(5, 2).empty());                        // 2 s: too short a span
+  EXPECT_TRUE(attached(5, 10, 4).empty());                    // stopped in the newer half
+  EXPECT_TRUE(attached(5, 10, 0, /*allocated=*/true).empty());  // its own memory
+  EXPECT_EQ(attached(1.7).size(), 1u);                        // 17 MiB over 10 s
+  EXPECT_TRUE(attached(1.5).empty());                         // 15 MiB: under 16 MiB copied
+}
+
 }  // namespace
 }  // namespace dldoctor::analyze

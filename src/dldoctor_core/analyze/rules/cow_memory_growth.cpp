@@ -12,16 +12,23 @@ namespace dldoctor::analyze::cow_memory_growth {
 
 namespace {
 
-/// Least-squares slope of private_dirty over samples (bytes per sample).
-std::optional<double> slope(const std::vector<MemoryPoint>& pts) {
+/// Where a read stands on the slope's axis: samples read, or seconds.
+double x_of(const MemoryPoint& p, bool over_time) {
+  return over_time ? double(p.t_ns) / 1e9 : double(p.samples);
+}
+
+/// Least-squares slope of private_dirty over samples (bytes per sample), or over time
+/// (bytes per second).
+std::optional<double> slope(const std::vector<MemoryPoint>& pts, bool over_time) {
   if (pts.size() < 2) return std::nullopt;
   double sx = 0, sy = 0;
-  for (const MemoryPoint& p : pts) sx += double(p.samples), sy += double(p.private_dirty);
+  for (const MemoryPoint& p : pts) sx += x_of(p, over_time), sy += double(p.private_dirty);
   const double mx = sx / double(pts.size()), my = sy / double(pts.size());
   double sxy = 0, sxx = 0;
   for (const MemoryPoint& p : pts) {
-    sxy += (double(p.samples) - mx) * (double(p.private_dirty) - my);
-    sxx += (double(p.samples) - mx) * (double(p.samples) - mx);
+    const double dx = x_of(p, over_time) - mx;
+    sxy += dx * (double(p.private_dirty) - my);
+    sxx += dx * dx;
   }
   if (sxx <= 0) return std::nullopt;
   return sxy / sxx;
@@ -68,19 +75,28 @@ std::optional<Growth> growth_of(const WorkerMemory& wm) {
   g.samples_last = pts.back().samples;
   g.rss = pts.back().rss;
   g.pss = pts.back().pss;
-  auto s = slope(pts);
+  g.over_time = wm.over_time;
+  g.seconds = double(pts.back().t_ns - pts.front().t_ns) / 1e9;
+  auto s = slope(pts, g.over_time);
   if (!s) return std::nullopt;
   g.slope = *s;
-  if (g.samples_last - g.samples_first < kCowMinSamples) return std::nullopt;
   const double copied = double(pts.back().private_dirty - pts.front().private_dirty);
-  if (copied < kCowMinGrowthBytes || g.slope < kCowMinBytesPerSample) return std::nullopt;
+  if (g.over_time) {
+    if (pts.back().t_ns - pts.front().t_ns < kCowMinSpanNs) return std::nullopt;
+    if (copied < kCowMinTimeGrowthBytes || g.slope < kCowMinBytesPerSecond) return std::nullopt;
+  } else {
+    if (g.samples_last - g.samples_first < kCowMinSamples) return std::nullopt;
+    if (copied < kCowMinGrowthBytes || g.slope < kCowMinBytesPerSample) return std::nullopt;
+  }
   // Still growing: the slope over the newer half of the reads (the last two at least).
-  const double mid = double(g.samples_first + g.samples_last) / 2;
-  auto late_begin = std::find_if(pts.begin(), pts.end(),
-                                 [&](const MemoryPoint& p) { return double(p.samples) >= mid; });
+  const double mid = (x_of(pts.front(), g.over_time) + x_of(pts.back(), g.over_time)) / 2;
+  auto late_begin = std::find_if(pts.begin(), pts.end(), [&](const MemoryPoint& p) {
+    return x_of(p, g.over_time) >= mid;
+  });
   if (pts.end() - late_begin < 2) late_begin = pts.end() - 2;
-  auto recent = slope(std::vector<MemoryPoint>(late_begin, pts.end()));
-  if (!recent || *recent < kCowMinRecentBytesPerSample) return std::nullopt;
+  auto recent = slope(std::vector<MemoryPoint>(late_begin, pts.end()), g.over_time);
+  const double recent_min = g.over_time ? kCowMinBytesPerSecond : kCowMinRecentBytesPerSample;
+  if (!recent || *recent < recent_min) return std::nullopt;
   return g;
 }
 
@@ -101,7 +117,8 @@ std::vector<Evidence> detect(const JobView& job) {
 
     e.loader = l.loader;
     e.num_workers = l.config.num_workers;
-    if (l.dataset && l.dataset->length && *l.dataset->length > 0)
+    e.over_time = e.growing.front().over_time;
+    if (!e.over_time && l.dataset && l.dataset->length && *l.dataset->length > 0)
       e.per_worker_epoch = double(*l.dataset->length) / double(e.num_workers);
     double slope_sum = 0;
     for (const Growth& g : e.growing) {
@@ -109,7 +126,11 @@ std::vector<Evidence> detect(const JobView& job) {
       e.now_total += g.last;
       e.grown += g.last - g.first;
       if (g.pss) e.pss_total += double(*g.pss);
-      if (e.per_worker_epoch) {
+      if (e.over_time) {
+        double more = g.slope * kCowHorizonS;
+        if (g.rss) more = std::min(more, std::max(0.0, double(*g.rss) - g.last));
+        e.projected_more += more;
+      } else if (e.per_worker_epoch) {
         const double done = std::fmod(double(g.samples_last), *e.per_worker_epoch);
         double more = g.slope * std::max(0.0, *e.per_worker_epoch - done);
         if (g.rss) more = std::min(more, std::max(0.0, double(*g.rss) - g.last));
@@ -129,7 +150,7 @@ std::vector<Evidence> detect(const JobView& job) {
 
     // What the copying costs: grown so far plus what the epoch's rest will add.
     const double basis = e.grown + e.projected_more;
-    if (e.per_worker_epoch && e.available &&
+    if ((e.per_worker_epoch || e.over_time) && e.available &&
         e.projected_more >= kCowCriticalShareOfAvailable * double(*e.available))
       e.rank.severity = report::Severity::kCritical;
     else if (basis >= kCowWarnProjectedBytes)
@@ -147,25 +168,36 @@ report::Finding finding(const Evidence& e) {
   const bool projected = e.per_worker_epoch.has_value();
   const auto& available = e.available;
   report::Finding f = report::make_finding("cow_memory_growth", e.loader, e.rank);
+  // Per sample read under the hooks; per second attached (the samples read are unknown).
+  const std::string rate = e.over_time ? num(e.slope_mean / kMiB) + " MiB more private memory a second"
+                                       : num(e.slope_mean * 1000 / kMiB) +
+                                             " MiB more private memory per 1000 samples";
   f.title = "Loader " + std::to_string(e.loader) + ": " +
             count_of(double(e.growing.size()), "worker") + " copy the dataset as they read it (" +
-            num(e.slope_mean * 1000 / kMiB) + " MiB more private memory per 1000 samples" +
-            (e.culprits.empty() ? std::string(")") : ", from " + e.culprits[0].name + ")");
+            rate + (e.culprits.empty() ? std::string(")") : ", from " + e.culprits[0].name + ")");
   f.add("workers_growing", double(e.growing.size()));
   f.add("num_workers", double(e.num_workers));
-  f.add("private_dirty_mib_per_1000_samples", e.slope_mean * 1000 / kMiB);
+  if (e.over_time)
+    f.add("private_dirty_mib_per_s", e.slope_mean / kMiB);
+  else
+    f.add("private_dirty_mib_per_1000_samples", e.slope_mean * 1000 / kMiB);
   std::string each;
   for (const Growth& g : e.growing) {
     if (!each.empty()) each += "; ";
     each += "worker " + std::to_string(g.worker) + " (pid " + std::to_string(g.pid) +
-            "): " + num(g.first / kMiB) + " -> " + num(g.last / kMiB) + " MiB over samples " +
-            std::to_string(g.samples_first) + "-" + std::to_string(g.samples_last);
+            "): " + num(g.first / kMiB) + " -> " + num(g.last / kMiB) + " MiB over " +
+            (g.over_time ? num(g.seconds) + " s"
+                         : "samples " + std::to_string(g.samples_first) + "-" +
+                               std::to_string(g.samples_last));
   }
   f.add("private_dirty_each", each);
   f.add("private_dirty_mib_total", e.now_total / kMiB);
   f.add("private_dirty_grown_mib", e.grown / kMiB);
   if (e.pss_total > 0) f.add("pss_mib_total", e.pss_total / kMiB);
-  if (projected) {
+  if (e.over_time) {
+    f.add("samples_read", std::string("unknown (attached: no hooks count the samples)"));
+    f.add("projected_growth_next_10_min_mib", e.projected_more / kMiB);
+  } else if (projected) {
     f.add("samples_per_worker_per_epoch", *e.per_worker_epoch);
     f.add("projected_growth_to_epoch_end_mib", e.projected_more / kMiB);
   } else {
@@ -198,7 +230,12 @@ report::Finding finding(const Evidence& e) {
       "so each sample a worker reads writes to the page that holds it and the kernel "
       "copies that page into the worker (the garbage collector's passes touch the "
       "objects' pages too). Here each growing worker's Private_Dirty rose by " +
-      mib(e.slope_mean * 1000) + " per 1000 samples read" +
+      (e.over_time ? mib(e.slope_mean) + " a second while its RSS stayed (shared pages turned "
+                                         "private), up to " +
+                         mib(e.projected_more) + " more over the next 10 minutes" +
+                         (available ? " against " + mib(double(*available)) + " available"
+                                    : std::string())
+                   : mib(e.slope_mean * 1000) + " per 1000 samples read") +
       (projected
            ? ", about " + mib(e.projected_more) + " more by the end of the epoch" +
                  (available ? " against " + mib(double(*available)) + " available" : std::string())

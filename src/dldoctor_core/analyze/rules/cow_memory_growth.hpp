@@ -49,6 +49,18 @@ inline constexpr double kCowWarnProjectedBytes = 256 * kMiB;
 /// the job is then on its way to the OOM killer or to swapping within the epoch.
 inline constexpr double kCowCriticalShareOfAvailable = 0.5;
 
+/// An attached job (no hooks) gives no samples read: its workers' series are read over time.
+/// The reads must span this long for a slope...
+inline constexpr int64_t kCowMinSpanNs = 3'000'000'000;
+/// ...copy this much from the parent over it (a worker's own allocations are taken off by
+/// its RSS, as with the samples; half kCowMinGrowthBytes, the window being seconds)...
+inline constexpr double kCowMinTimeGrowthBytes = 16 * kMiB;
+/// ...and still copy at this rate in the newer half: 1 MiB/s is 3.5 GiB an hour per worker.
+inline constexpr double kCowMinBytesPerSecond = 1 * kMiB;
+/// How far the rate is projected when the epoch's length in samples is unknown: each worker
+/// copies at its rate for this long, up to what it still shares with the main process.
+inline constexpr double kCowHorizonS = 600;
+
 /// Score when the memory available is unknown: growth matters, its share cannot be said.
 inline constexpr double kUnknownShareScore = 0.1;
 
@@ -56,7 +68,9 @@ inline constexpr double kUnknownShareScore = 0.1;
 struct Growth {
   int pid = 0;
   int worker = -1;
-  double slope = 0;  ///< bytes per sample
+  double slope = 0;  ///< bytes per sample (bytes per second when over_time)
+  bool over_time = false;
+  double seconds = 0;  ///< the span of the reads
   double first = 0, last = 0;
   int64_t samples_first = 0, samples_last = 0;
   std::optional<int64_t> rss, pss;
@@ -67,10 +81,11 @@ struct Evidence {
   int loader = 0;
   int num_workers = 0;
   std::vector<Growth> growing;
-  double slope_mean = 0;  ///< bytes per sample, over the growing workers
+  double slope_mean = 0;  ///< bytes per sample (per second when over_time), growing workers
+  bool over_time = false; ///< an attached job: rates per second, projected kCowHorizonS
   double now_total = 0, grown = 0, pss_total = 0;
   std::optional<double> per_worker_epoch;  ///< samples each worker reads in an epoch
-  double projected_more = 0;               ///< all workers, to the end of the epoch
+  double projected_more = 0;  ///< all workers, to the end of the epoch (or kCowHorizonS)
   std::optional<int64_t> available;
   bool dataset_inspected = false;
   std::vector<DatasetAttr> culprits;  ///< the dataset's Python containers of objects
