@@ -235,3 +235,24 @@ def test_the_merged_verdict_and_order_are_decided_in_cpp(tmp_path):
     )
     assert d["verdict"] == "unknown" and d["slowest"] is None and d["findings"] == []
 
+
+def test_the_html_hang_section_names_the_ranks(tmp_path):
+    """The HTML report's hang section labels what it shows as the terminal does: the stuck
+    rank's loader and worker, the other rank's main process waiting for it (worker_hang's
+    waiting ranks), the stuck rank's processes first."""
+    pytest.importorskip("plotly")
+    from dldoctor.report import Report
+    from dldoctor.reporters import html
+
+    r = run_entry(catalog.by_name("worker_hang/ranks"), tmp_path)
+    assert r.returncode == 124, r.stderr
+    out = tmp_path / "hang.html"
+    html.write(str(out), Report.from_dict(r.report))
+    page = out.read_text()
+    hang = page[page.index("<h2>Hang</h2>") :]
+    assert "rank 1 \u00b7 loader 1 stopped; waiting for it: rank 0 (pid " in hang, hang[:2000]
+    assert "rank 1 \u00b7 loader 1 worker 0" in hang
+    assert "rank 0 \u00b7 main process, waiting for rank 1 \u00b7 loader 1" in hang
+    assert "rank 1 \u00b7 main process" in hang
+    # The stuck rank's captures before the waiting rank's.
+    assert hang.index("rank 1 \u00b7 loader 1 worker 0") < hang.index("rank 0 \u00b7 main process")
