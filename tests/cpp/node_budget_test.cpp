@@ -57,6 +57,14 @@ TEST(NodeBudget, RankSharesGroupLoadersByRankElseByMainProcess) {
   EXPECT_EQ(shares[1].name(), "rank 1");
   EXPECT_EQ(share_of_pid(shares, b.worker_pid(1)), std::optional<size_t>(1));
   EXPECT_EQ(share_of_pid(shares, 4242), std::nullopt);
+  // Ranks ascending whichever made its loader first (loader ids follow creation order).
+  Loader late0 = rank_loader(0), early1 = rank_loader(1);
+  late0.id = 2, early1.id = 1;
+  auto swapped = node({early1, late0}, {1, 0}, facts(8));
+  const std::vector<RankShare> by_rank = rank_shares(swapped->view(0, Window::kWholeRun));
+  ASSERT_EQ(by_rank.size(), 2u);
+  EXPECT_EQ(by_rank[0].name(), "rank 0");
+  EXPECT_EQ(by_rank[1].name(), "rank 1");
   // Without ranks, two main processes are still two shares of the node; one is one.
   auto plain = node({a, b}, {-1, -1}, facts(8));
   const std::vector<RankShare> p = rank_shares(plain->view(0, Window::kWholeRun));

@@ -34,6 +34,12 @@ std::vector<RankShare> rank_shares(const JobView& job) {
     if (it->rank < 0) it->rank = rank;
     it->loaders.push_back(&l);
   }
+  // Ranks ascending, as the report lists its loaders (their ids follow the order the ranks
+  // happened to make them); main processes without a rank after, as they came.
+  std::stable_sort(out.begin(), out.end(), [](const RankShare& a, const RankShare& b) {
+    if ((a.rank < 0) != (b.rank < 0)) return b.rank < 0;
+    return a.rank >= 0 && a.rank < b.rank;
+  });
   return out;
 }
 

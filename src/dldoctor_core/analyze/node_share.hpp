@@ -24,7 +24,8 @@ struct RankShare {
   std::string name() const;
 };
 
-/// The node's main processes, in the order their first loader appears in `job`: loaders are
+/// The node's main processes, ranks ascending, then those without a rank in the order their
+/// first loader appears in `job`: loaders are
 /// grouped by rank when it is known, else by their main process's pid (loaders of unknown
 /// main process form one group); a pid and a rank name the same process when either matches.
 /// A job with one main process has one share.
