@@ -181,3 +181,78 @@ def test_report_of_a_missing_file_is_one_line(tmp_path):
     p = subprocess.run(cmd + [str(tmp_path / "b.json")], capture_output=True, text=True)
     assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_the_merged_verdict_and_order_are_decided_in_cpp(tmp_path):
+    """The job's verdict is its first critical finding over every node (a node that failed
+    outranks the slowest node's warning), each node's budgets are summed over its ranks."""
+    from dldoctor import _ext
+    from dldoctor.report import Report, merge_reports
+
+    def loader(lid, rank, stall, **kw):
+        ld = {"id": lid, "rank": rank, "rank_loader": 1, "batches_per_s": 3.0}
+        ld.update(data_stall_pct=stall, num_workers=2, prefetch_factor=3, batch_bytes=2 << 20)
+        return {**ld, **kw}
+
+    slow = Report(
+        verdict="healthy",
+        findings=[{"id": "thread_oversubscription", "severity": "warning", "title": "t"}],
+        loaders=[loader(1, 0, 60), loader(2, 1, 58)],
+        system={"usable_cpus": 4.0, "shm_total_bytes": 24 << 20, "shm_free_bytes": 24 << 20},
+        exit_code=0,
+    )
+    failed = Report(
+        verdict="shm_exhausted",
+        findings=[
+            {"id": "shm_exhausted", "severity": "critical", "title": "s"},
+            {"id": "worker_died", "severity": "warning", "title": "w"},
+        ],
+        loaders=[loader(1, 2, 5), loader(2, 3, 4)],
+        system={"usable_cpus": 4.0},
+        exit_code=1,
+    )
+    job = merge_reports([slow, failed], ["node0", "node1"])
+    assert job.verdict == "shm_exhausted"  # the slowest node (node0) says healthy
+    assert [n["node"] for n in job.nodes] == ["node0", "node1"]  # the slowest rank's first
+    assert [(f["id"], f["node"]) for f in job.findings] == [
+        ("shm_exhausted", "node1"),
+        ("thread_oversubscription", "node0"),
+        ("worker_died", "node1"),
+    ]
+    assert job.nodes[0]["budgets"] == {
+        "main_processes": 2,
+        "workers": 4,
+        "usable_cpus": 4.0,
+        "shm_in_flight_bytes": float(28 << 20),  # 7 batches of 2 MiB per rank, two ranks
+        "shm_free_bytes": 24 << 20,
+    }
+    assert "the slowest rank is node0 \u00b7 rank 0 \u00b7 loader 1" in job.notes[0], job.notes
+    assert "2 main processes and 4 workers on 4 usable CPUs" in job.notes[1], job.notes
+    assert job.exit_code == 1
+    # The same decision straight from the binding: indices into what it was given.
+    d = _ext.merge_nodes(
+        [{"name": "a", "verdict": "unknown", "findings": [], "loaders": [], "system": {}}]
+    )
+    assert d["verdict"] == "unknown" and d["slowest"] is None and d["findings"] == []
+
+
+def test_the_html_hang_section_names_the_ranks(tmp_path):
+    """The HTML report's hang section labels what it shows as the terminal does: the stuck
+    rank's loader and worker, the other rank's main process waiting for it (worker_hang's
+    waiting ranks), the stuck rank's processes first."""
+    pytest.importorskip("plotly")
+    from dldoctor.report import Report
+    from dldoctor.reporters import html
+
+    r = run_entry(catalog.by_name("worker_hang/ranks"), tmp_path)
+    assert r.returncode == 124, r.stderr
+    out = tmp_path / "hang.html"
+    html.write(str(out), Report.from_dict(r.report))
+    page = out.read_text()
+    hang = page[page.index("<h2>Hang</h2>") :]
+    assert "rank 1 \u00b7 loader 1 stopped; waiting for it: rank 0 (pid " in hang, hang[:2000]
+    assert "rank 1 \u00b7 loader 1 worker 0" in hang
+    assert "rank 0 \u00b7 main process, waiting for rank 1 \u00b7 loader 1" in hang
+    assert "rank 1 \u00b7 main process" in hang
+    # The stuck rank's captures before the waiting rank's.
+    assert hang.index("rank 1 \u00b7 loader 1 worker 0") < hang.index("rank 0 \u00b7 main process")

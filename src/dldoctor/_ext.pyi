@@ -526,3 +526,8 @@ class Attach:
     @property
     def passes(self) -> int:
         """Sampler passes taken."""
+
+def merge_nodes(reports: list) -> dict:
+    """
+    Several nodes' reports ({name, verdict, findings, loaders, system}) as one job: {verdict, nodes: [{index, slowest_loader, ranks, main_processes, workers, usable_cpus, shm_in_flight_bytes, shm_free_bytes}] slowest first, findings: [(node, finding)] in the job's order, slowest: (node, loader) or None}.
+    """

@@ -170,44 +170,55 @@ class Report:
 def merge_reports(reports: list[Report], names: list[str]) -> Report:
     """Several nodes' reports (each `dldoctor run --json` of one node's torchrun) as one job.
 
-    Each node keeps its own decided findings, in its order, each marked with its node; its
-    loaders too. In synchronous data-parallel training the job moves at the pace of its
-    slowest rank, the one that waits longest for its own batches (the others wait for it in
-    the collectives): the node holding it comes first and its verdict is the job's; every
-    node's verdict, ranks and budgets (usable CPUs, /dev/shm, memory) are listed in `nodes`."""
+    The job is decided in C++ (analyze/merge, `_ext.merge_nodes`): the node holding the
+    slowest rank first (in synchronous data-parallel training every rank moves at its pace),
+    the findings of every node in the job's order (severity, then the slower node's, each
+    node's own order kept), the job's verdict, and each node's budgets over all its ranks.
+    Here the reports' dicts are only stored in that order, each marked with its node, and
+    the notes say what was decided."""
+    from . import _ext
 
-    def pace(ld: dict | None) -> tuple:
-        # Ranks in lockstep share one pace; the one that gates it waits for its own batches
-        # the longest (the others wait in the collectives instead): highest stall first.
-        if not ld:
-            return (math.inf, math.inf)
-        bps = ld.get("batches_per_s")
-        stall = ld.get("data_stall_pct")
-        return (
-            -stall if isinstance(stall, (int, float)) else math.inf,
-            bps if isinstance(bps, (int, float)) else math.inf,
-        )
-
+    decided = _ext.merge_nodes(
+        [
+            {
+                "name": name,
+                "verdict": r.verdict,
+                "findings": r.findings,
+                "loaders": r.loaders,
+                "system": r.system,
+            }
+            for name, r in zip(names, reports)
+        ]
+    )
     nodes = []
-    for name, r in zip(names, reports):
-        slowest = min(r.loaders, key=pace) if r.loaders else None
+    for n in decided["nodes"]:
+        i, r = n["index"], reports[n["index"]]
+        slowest = r.loaders[n["slowest_loader"]] if n["slowest_loader"] is not None else None
         nodes.append(
             {
-                "node": name,
+                "node": names[i],
                 "verdict": r.verdict,
-                "ranks": sorted(
-                    {ld["rank"] for ld in r.loaders if isinstance(ld.get("rank"), int)}
-                ),
-                "slowest_loader": {**slowest, "node": name} if slowest else None,
+                "ranks": n["ranks"],
+                "slowest_loader": {**slowest, "node": names[i]} if slowest else None,
                 "exit_code": r.exit_code,
                 **{k: r.system.get(k) for k in _SYSTEM_HEADLINE},
+                "budgets": {
+                    k: n[k]
+                    for k in (
+                        "main_processes",
+                        "workers",
+                        "usable_cpus",
+                        "shm_in_flight_bytes",
+                        "shm_free_bytes",
+                    )
+                },
             }
         )
-    order = sorted(range(len(nodes)), key=lambda i: pace(nodes[i]["slowest_loader"]))
-    out = Report(verdict=nodes[order[0]]["verdict"], nodes=[nodes[i] for i in order])
-    gate = out.nodes[0]["slowest_loader"]
+    out = Report(verdict=decided["verdict"], nodes=nodes)
     summary = f"{len(reports)} reports merged into one job, the slowest node first"
-    if gate:
+    if decided["slowest"] is not None:
+        node, loader = decided["slowest"]
+        gate = {**reports[node].loaders[loader], "node": names[node]}
         summary += (
             f"; the slowest rank is {loader_label(gate)}"
             f" ({gate.get('batches_per_s') or 0:.1f} batches/s)"
@@ -215,15 +226,24 @@ def merge_reports(reports: list[Report], names: list[str]) -> Report:
     out.notes.append(summary)
     for n in out.nodes:
         ranks = ", ".join(str(x) for x in n["ranks"]) or "none"
-        out.notes.append(
+        b = n["budgets"]
+        line = (
             f"{n['node']}: verdict {n['verdict']}, ranks {ranks}, usable CPUs "
             f"{n.get('usable_cpus')}, /dev/shm {n.get('shm_total_bytes')} bytes"
         )
-    for i in order:
-        name, r = names[i], reports[i]
-        out.findings += [{**f, "node": name} for f in r.findings]
-        out.loaders += [{**ld, "node": name} for ld in r.loaders]
-        out.notes += [f"{name}: {n}" for n in r.notes]
+        line += f"; {b['main_processes']} main processes and {b['workers']} workers"
+        if b["usable_cpus"] is not None:
+            line += f" on {b['usable_cpus']:g} usable CPUs"
+        if b["shm_in_flight_bytes"] is not None:
+            line += f", {b['shm_in_flight_bytes']:.0f} bytes in flight in /dev/shm"
+            if b["shm_free_bytes"] is not None:
+                line += f" of {b['shm_free_bytes']} free"
+        out.notes.append(line)
+    out.findings = [{**reports[i].findings[j], "node": names[i]} for i, j in decided["findings"]]
+    for n in decided["nodes"]:
+        i = n["index"]
+        out.loaders += [{**ld, "node": names[i]} for ld in reports[i].loaders]
+        out.notes += [f"{names[i]}: {x}" for x in reports[i].notes]
     codes = [r.exit_code for r in reports]
     out.exit_code = next((c for c in codes if c), 0 if all(c == 0 for c in codes) else None)
     return out

@@ -443,6 +443,43 @@ SCENARIOS: list[dict] = [
             },
         },
     },
+    # Two torchrun ranks on one node's 24 MiB /dev/shm, each keeping 2 x 3 + 1 = 7 batches of
+    # 2 MiB (14 MiB) in flight: either fits alone (shm_exhausted/tight holds 18 MiB in the same
+    # 24 MiB without failing), the two together (28 MiB) do not. The finding is the node's,
+    # sized from both ranks, and names each one's share.
+    {
+        "name": "shm_exhausted/ranks",
+        "script": "shm_exhausted",
+        "ranks": 2,
+        "args": ["--ddp", "--seconds", "8"],
+        "doctor_args": QUIET,
+        "expect": "shm_exhausted",
+        "severity": "critical",
+        "needs": {"shm_mib": SHM_MIB},
+        "checks": {
+            "returncode": 1,  # torchrun ends with its failed rank
+            "verdict": "shm_exhausted",
+            "findings": {
+                "shm_exhausted": {
+                    "severity": "critical",
+                    "evidence": {
+                        "failure": {"contains": "No space left on device"},
+                        "shm_total_bytes": SHM_MIB * MIB,
+                        "batch_bytes": 2 * MIB,
+                        "batches_in_flight": 14,  # 7 per rank
+                        "in_flight_bytes": 28 * MIB,
+                        "ranks": 2,
+                        "rank_in_flight_bytes": "rank 0: 14 MiB, rank 1: 14 MiB",
+                        "fits_today": "prefetch_factor=1 in each rank's loader",
+                    },
+                    "relations": [("in_flight_bytes", ">", "shm_total_bytes")],
+                    "title": {"contains": "/dev/shm (24 MiB) ran out"},
+                    "why": {"contains": "rank 0: 14 MiB, rank 1: 14 MiB: 28 MiB together"},
+                }
+            },
+            "report": {"loaders.0.rank": 0, "loaders.1.rank": 1},
+        },
+    },
     # prefetch 2: 10 MiB in flight, 2.4x room.
     {
         "name": "shm_exhausted/healthy",

@@ -9,6 +9,10 @@ and the collate in a worker fails with "No space left on device". `--tight` (pre
 4: 18 MiB) fits, with little margin; `--healthy` (prefetch_factor 2: 10 MiB) fits with room.
 `--sigbus`: the batches are small, but the dataset caches every sample in its own mmap'ed
 file in /dev/shm (a shared cache) and dies of SIGBUS when the tmpfs has no page left to give.
+
+`--ddp` (run it under torchrun with two ranks): each rank is a DDP main process over gloo
+whose loader keeps 2 x 3 + 1 = 7 batches (14 MiB) in flight: one rank alone fits in the 24 MiB
+/dev/shm, the node's two ranks together (28 MiB) do not, and a worker fails to send.
 """
 
 import atexit
@@ -65,8 +69,21 @@ def main():
     ap.add_argument("--tight", action="store_true", help="prefetch_factor 4: fits, little margin")
     ap.add_argument("--sigbus", action="store_true", help="small batches, a shared cache")
     ap.add_argument("--prefetch", type=int, default=None)
+    ap.add_argument("--ddp", action="store_true", help="a rank of a torchrun job (prefetch 3)")
     args = ap.parse_args()
-    prefetch = args.prefetch or (2 if args.healthy else 4 if args.tight else 8)
+    prefetch = args.prefetch or (2 if args.healthy else 4 if args.tight else 3 if args.ddp else 8)
+    if args.ddp:
+        from _ddp import start, train
+        from torch.utils.data import DistributedSampler
+
+        data = Blocks(MIB // 2)
+        start()
+        sampler = DistributedSampler(data, shuffle=False)
+        loader = DataLoader(
+            data, batch_size=4, num_workers=2, prefetch_factor=prefetch, sampler=sampler
+        )
+        train(loader, args.seconds, data.numel)
+        return
     if args.sigbus:
         atexit.register(remove_cache)
         data = Blocks(16 << 10, cache_mib=64)  # on a big /dev/shm: 128 MiB, then removed

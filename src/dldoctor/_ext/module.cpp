@@ -14,4 +14,5 @@ NB_MODULE(_ext, m) {
   dldoctor::ext::register_watchdog(m);
   dldoctor::ext::register_monitor(m);
   dldoctor::ext::register_attach(m);
+  dldoctor::ext::register_merge(m);
 }

@@ -13,4 +13,5 @@ void register_analyze(nanobind::module_& m);
 void register_watchdog(nanobind::module_& m);
 void register_monitor(nanobind::module_& m);
 void register_attach(nanobind::module_& m);
+void register_merge(nanobind::module_& m);
 }  // namespace dldoctor::ext

@@ -209,13 +209,73 @@ def _hang(report) -> str:
             f"(timeout {_num(hang.get('timeout_s') or snap.get('timeout_s'))} s)"
         )
     out.append("</p>")
+    who = _HangNames(report)
+    for line in who.waits:
+        out.append(f'<p class="waits">{html.escape(line)}</p>')
     procs = list(snap.get("processes") or [])
-    # The stuck worker first: workers before the main process, blocked before running.
-    procs.sort(key=lambda p: (_worker_id(p) < 0, p.get("state") == "R"))
+    # The stuck rank first, then workers before main processes, blocked before running.
+    procs.sort(
+        key=lambda p: (
+            who.stuck_rank is not None and who.rank_of(p) != who.stuck_rank,
+            _worker_id(p) < 0,
+            p.get("state") == "R",
+        )
+    )
     for p in procs:
-        out.append(_process_capture(p))
+        out.append(_process_capture(p, who))
     out.append("</div>")
     return "".join(out)
+
+
+class _HangNames:
+    """How the hang section names a captured process, as the terminal names loaders: "rank 1
+    \u00b7 loader 1 worker 0", "rank 0 \u00b7 main process"; and the ranks the hang findings
+    say wait for the stuck one (worker_hang's waiting_ranks and waiting_rank_frames)."""
+
+    def __init__(self, report):
+        self.labels = loader_labels(report.loaders)
+        self.main_rank = {}
+        self.loader_rank = {}
+        for ld in report.loaders or []:
+            rank = ld.get("rank", ld.get("local_rank"))
+            if isinstance(rank, int):
+                self.loader_rank[ld.get("id", ld.get("loader"))] = rank
+                if ld.get("main_pid"):
+                    self.main_rank[ld["main_pid"]] = rank
+        self.stuck_rank = None
+        self.waiting = {}  # waiting rank -> the stuck rank's loader, as labelled
+        self.waits = []
+        for f in report.findings or []:
+            ev = f.get("evidence") or {}
+            if f.get("severity") != "critical" or not ev.get("waiting_ranks"):
+                continue
+            stuck = self.labels.get(f.get("loader")) or (
+                f"rank {f['rank']}" if f.get("rank") is not None else "the stuck rank"
+            )
+            if self.stuck_rank is None and f.get("rank") is not None:
+                self.stuck_rank = int(f["rank"])
+            ranks = [int(r) for r in str(ev["waiting_ranks"]).split(",") if r.strip().isdigit()]
+            for r in ranks:
+                self.waiting.setdefault(r, stuck)
+            frames = ev.get("waiting_rank_frames") or ", ".join(f"rank {r}" for r in ranks)
+            self.waits.append(f"{stuck} stopped; waiting for it: {frames}")
+
+    def rank_of(self, p: dict):
+        if _worker_id(p) >= 0:
+            return self.loader_rank.get(p.get("loader"))
+        return self.main_rank.get(p.get("pid"))
+
+    def name(self, p: dict) -> str:
+        if _worker_id(p) >= 0:
+            loader = self.labels.get(p.get("loader")) or f"loader {p.get('loader')}"
+            return f"{loader} worker {p['worker']}"
+        rank = self.main_rank.get(p.get("pid"))
+        if rank is None:
+            return "main process"
+        name = f"rank {rank} \u00b7 main process"
+        if rank in self.waiting:
+            name += f", waiting for {self.waiting[rank]}"
+        return name
 
 
 def _worker_id(p: dict) -> int:
@@ -223,8 +283,7 @@ def _worker_id(p: dict) -> int:
     return w if isinstance(w, int) else -1
 
 
-def _process_capture(p: dict) -> str:
-    who = f"loader {p.get('loader')} worker {p['worker']}" if _worker_id(p) >= 0 else "main process"
+def _process_capture(p: dict, who: _HangNames) -> str:
     facts = [f"pid {p.get('pid')}"]
     for key, label in (("state", "state"), ("wchan", "wchan"), ("syscall", "syscall")):
         if p.get(key):
@@ -233,7 +292,7 @@ def _process_capture(p: dict) -> str:
         facts.append(f"blocked on {p['io_target']}")
     if p.get("exit_signal") is not None or p.get("exit_code") is not None:
         facts.append(f"exit code {p.get('exit_code')}, signal {p.get('exit_signal')}")
-    head = f"<h3>{html.escape(who)} <span class='sev'>{html.escape(', '.join(facts))}</span></h3>"
+    head = f"<h3>{html.escape(who.name(p))} <span class='sev'>{html.escape(', '.join(facts))}</span></h3>"
     stacks = p.get("stacks") or []
     body = []
     for th in stacks:

@@ -22,7 +22,7 @@ void ProcessTrack::ingest(const sample::Snapshot& s) {
         ps.active_threads ? std::optional<double>(*ps.active_threads) : std::nullopt;
     p.procs.push_back(Proc{ps.pid, ps.cpu_pct, ps.runq_delay_pct, ps.involuntary_cs_per_s,
                            ps.voluntary_cs_per_s, ps.read_bytes_per_s, ps.rchar_per_s, threads,
-                           active});
+                           active, ps.rss_bytes});
     auto it = pids_.find(ps.pid);
     if (it == pids_.end()) {
       if (pids_.size() >= kMaxPids) continue;
@@ -107,6 +107,8 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
         a.open_fds_max = t.open_fds_max;
         a.open_fds_max_pid = pid;
       }
+      if (t.open_fds_max) a.open_fds_peak_sum = a.open_fds_peak_sum.value_or(0) + *t.open_fds_max;
+      if (t.rss_max) a.rss_peak_sum = a.rss_peak_sum.value_or(0) + *t.rss_max;
     }
     // Rates of the set together: each pass's sum, averaged over the passes that spanned
     // the set's lifetime (a pid absent from a pass read nothing in it).
@@ -115,6 +117,7 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
     if (n_rchar && a.processes) a.rchar_per_s = rchar / passes;
   } else {
     std::unordered_map<int, std::pair<double, int>> each;
+    std::unordered_map<int, int64_t> fds_peak, rss_peak;  // pid -> most in the window
     int passes_reads = 0, passes_rchar = 0;
     std::unordered_set<int> seen;
     for (const Pass& p : passes_kept_) {
@@ -135,6 +138,7 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
         if (pr.vcs) vcs += *pr.vcs, ++n_vcs;
         if (pr.read_bps) pass_reads += *pr.read_bps, any_reads = true, ++n_reads;
         if (pr.rchar_ps) pass_rchar += *pr.rchar_ps, any_rchar = true, ++n_rchar;
+        if (pr.rss) rss_peak[pr.pid] = std::max(rss_peak[pr.pid], *pr.rss);
         if (pr.threads) threads += *pr.threads, ++n_threads;
         if (pr.active_threads) {
           active += *pr.active_threads, ++n_active;
@@ -142,11 +146,14 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
           e.first += *pr.active_threads, ++e.second;
         }
       }
-      for (const auto& [pid, fds] : p.open_fds)
-        if (want.count(pid) && (!a.open_fds_max || fds > *a.open_fds_max)) {
+      for (const auto& [pid, fds] : p.open_fds) {
+        if (!want.count(pid)) continue;
+        fds_peak[pid] = std::max(fds_peak[pid], fds);
+        if (!a.open_fds_max || fds > *a.open_fds_max) {
           a.open_fds_max = fds;
           a.open_fds_max_pid = pid;
         }
+      }
       if (any_reads) reads += pass_reads, ++passes_reads;
       if (any_rchar) rchar += pass_rchar, ++passes_rchar;
     }
@@ -154,6 +161,8 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
     if (passes_reads) a.read_bytes_per_s = reads / passes_reads;
     if (passes_rchar) a.rchar_per_s = rchar / passes_rchar;
     for (const auto& [pid, e] : each) a.cpu_pct_each.emplace_back(pid, e.first / e.second);
+    for (const auto& [pid, n] : fds_peak) a.open_fds_peak_sum = a.open_fds_peak_sum.value_or(0) + n;
+    for (const auto& [pid, n] : rss_peak) a.rss_peak_sum = a.rss_peak_sum.value_or(0) + n;
   }
   set_mean(a.cpu_pct, cpu, n_cpu);
   set_mean(a.runq_delay_pct, runq, n_runq);

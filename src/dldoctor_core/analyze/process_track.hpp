@@ -28,6 +28,10 @@ struct ProcAgg {
   std::vector<std::pair<int, double>> cpu_pct_each;  ///< per pid, mean % of one core
   std::optional<int64_t> open_fds_max;  ///< most descriptors one process of the set held
   int open_fds_max_pid = 0;             ///< the process that held them
+  /// Each process's most descriptors and most resident memory, summed over the set: what a
+  /// rank's processes hold of the node's budgets (the peaks need not be at one instant).
+  std::optional<int64_t> open_fds_peak_sum;
+  std::optional<int64_t> rss_peak_sum;
   std::optional<double> threads;                  ///< mean per process: threads it has
   std::optional<double> active_threads;           ///< mean per process: threads running or
                                                   ///< queued for a CPU (sample::ProcessSample)
@@ -76,6 +80,7 @@ class ProcessTrack {
     int pid = 0;
     std::optional<double> cpu_pct, runq_delay_pct, ics, vcs, read_bps, rchar_ps;
     std::optional<double> threads, active_threads;
+    std::optional<int64_t> rss;
   };
   struct Pass {
     int64_t t_ns = 0;

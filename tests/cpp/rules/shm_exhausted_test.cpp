@@ -132,7 +132,8 @@ TEST(AnalyzeShm, FixIsWordedAsDldoctorCheckWordsItTheMachinesKindFirst) {
   s->note(
       error("unable to allocate shared memory(shm) for file </torch_8814_3290110147_0>: "
             "No space left on device (28)"));
-  const report::Finding* shm = find(whole(*s), "shm_exhausted");
+  const auto fs = whole(*s);  // kept: `shm` points into it
+  const report::Finding* shm = find(fs, "shm_exhausted");
   ASSERT_NE(shm, nullptr);
   const std::string& fix = shm->fix;
   EXPECT_EQ(fix.rfind("make /dev/shm at least 1 GiB (2x the 17.0 MiB in flight", 0), 0u) << fix;

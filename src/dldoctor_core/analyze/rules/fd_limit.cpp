@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "dldoctor_core/analyze/node_share.hpp"
 #include "dldoctor_core/analyze/verdict.hpp"
 
 namespace dldoctor::analyze::fd_limit {
@@ -69,6 +70,24 @@ std::optional<Evidence> detect(const JobView& job) {
                : report::Rank{report::Severity::kWarning, report::Tier::kMeasure, kNearLimitScore};
   e.loader = err ? err->loader : -1;
   if (err) e.error = error_line(err->message, ErrorKind::kTooManyOpenFiles);
+  const std::vector<RankShare> shares = rank_shares(job);
+  if (shares.size() > 1) {
+    if (auto i = share_of_pid(shares, e.pid)) e.process_rank = shares[*i].rank;
+    for (const RankShare& r : shares) {
+      std::optional<int64_t> fds;
+      bool main_counted = false;
+      for (const LoaderView* l : r.loaders) {
+        if (!main_counted && l->main.open_fds_peak_sum) {
+          fds = fds.value_or(0) + *l->main.open_fds_peak_sum;
+          main_counted = true;
+        }
+        if (l->config.num_workers > 0 && l->fetchers.open_fds_peak_sum)
+          fds = fds.value_or(0) + *l->fetchers.open_fds_peak_sum;
+      }
+      if (fds) e.fds_per_rank.emplace_back(r.name(), *fds);
+    }
+    if (e.fds_per_rank.size() < 2) e.fds_per_rank.clear();
+  }
   const int64_t base = std::max(e.peak.value_or(0), e.soft.value_or(0));
   e.recommended = std::max(kFdRecommendedMin, next_pow2(base * kFdHeadroom));
   return e;
@@ -76,7 +95,11 @@ std::optional<Evidence> detect(const JobView& job) {
 
 report::Finding finding(const Evidence& e) {
   report::Finding f = report::make_finding("fd_limit", e.loader, e.rank);
-  const std::string who = e.pid > 0 ? "process " + std::to_string(e.pid) : "a job process";
+  std::string who = e.pid > 0 ? "process " + std::to_string(e.pid) : "a job process";
+  if (e.process_rank >= 0) {
+    who += " of rank " + std::to_string(e.process_rank);
+    if (f.loader < 0) f.rank = e.process_rank;
+  }
   if (e.failed)
     f.title = "The job ran out of file descriptors (" + who + ", RLIMIT_NOFILE " +
               (e.soft ? std::to_string(*e.soft) : std::string("unknown")) +
@@ -94,6 +117,14 @@ report::Finding finding(const Evidence& e) {
   if (e.peak) {
     f.add("open_fds_peak", double(*e.peak));
     if (e.peak_pid) f.add("open_fds_peak_pid", double(e.peak_pid));
+  }
+  if (e.process_rank >= 0) f.add("process_rank", double(e.process_rank));
+  if (!e.fds_per_rank.empty()) {
+    std::string per;
+    for (const auto& [name, n] : e.fds_per_rank)
+      per += (per.empty() ? "" : ", ") + name + ": " + std::to_string(n);
+    f.add("ranks", double(e.fds_per_rank.size()));
+    f.add("open_fds_per_rank", per);
   }
   f.add("sharing_strategy", e.strategy.empty() ? std::string("unknown (torch's default on Linux is "
                                                              "file_descriptor)")

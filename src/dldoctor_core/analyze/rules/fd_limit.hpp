@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dldoctor_core/analyze/view.hpp"
@@ -53,6 +54,12 @@ struct Evidence {
   int64_t errors = 0;
   int64_t lost = 0;         ///< batches a worker could not send
   int64_t recommended = 0;  ///< the limit to set
+  /// In a job of several main processes (ranks) on the node: the rank of the process that
+  /// ran out or is nearest (-1 unknown), and each rank's descriptors (its main process's and
+  /// workers' peaks, summed). RLIMIT_NOFILE is per process, so every process of every rank
+  /// is judged against its own limit; the sums say where the node's descriptors are.
+  int process_rank = -1;
+  std::vector<std::pair<std::string, int64_t>> fds_per_rank;
 };
 std::optional<Evidence> detect(const JobView& job);
 report::Finding finding(const Evidence& e);

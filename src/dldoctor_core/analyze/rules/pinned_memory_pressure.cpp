@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "dldoctor_core/analyze/node_share.hpp"
 #include "dldoctor_core/analyze/text.hpp"
 
 namespace dldoctor::analyze::pinned_memory_pressure {
@@ -62,6 +63,24 @@ std::optional<Pinned> pinned(const JobView& job, const Memory& m) {
   }
   if (p.loaders == 0) return std::nullopt;
   if (all_measured && p.batches_in_flight) p.bytes_in_flight = measured;
+  // Each rank's part: its pinned loaders' measured bytes, else their configuration's bound.
+  for (const RankShare& r : rank_shares(job)) {
+    double bytes = 0;
+    bool pins = false;
+    for (const LoaderView* l : r.loaders) {
+      if (!l->config.pin_memory() || !l->batch_bytes_mean) continue;
+      pins = true;
+      const int64_t ready = l->config.num_workers > 0 ? l->ready_batches_max.value_or(-1) : 0;
+      const int queued =
+          l->config.num_workers > 0
+              ? l->config.num_workers * l->config.prefetch_factor.value_or(kDefaultPrefetchFactor)
+              : 0;
+      const int64_t held = p.bytes_in_flight && ready >= 0 ? ready : queued;
+      bytes += *l->batch_bytes_mean * double(held + kPinnedHeldBatches);
+    }
+    if (pins) p.per_rank.emplace_back(r.name(), bytes);
+  }
+  if (p.per_rank.size() < 2) p.per_rank.clear();
   const std::optional<int64_t> room = m.cgroup_limit ? m.cgroup_limit : m.total_bytes;
   const std::optional<double> bytes = p.bytes_in_flight ? p.bytes_in_flight : p.bytes_estimate;
   if (room && *room > 0 && bytes) p.share = *bytes / double(*room);
@@ -86,6 +105,7 @@ std::optional<Evidence> detect(const JobView& job) {
   e.batch_bytes = l.batch_bytes_mean;
   e.num_workers = l.config.num_workers;
   e.prefetch_factor = l.config.prefetch_factor;
+  e.per_rank = p->per_rank;
   return e;
 }
 
@@ -102,6 +122,10 @@ report::Finding finding(const Evidence& e) {
   if (e.batch_bytes) f.add("batch_bytes", *e.batch_bytes);
   f.add("num_workers", double(e.num_workers));
   if (e.prefetch_factor) f.add("prefetch_factor", double(*e.prefetch_factor));
+  if (!e.per_rank.empty()) {
+    f.add("ranks", double(e.per_rank.size()));
+    f.add("pinned_bytes_per_rank", shares_text(e.per_rank));
+  }
   f.fix = "Set pin_memory=False" +
           std::string(e.pinned_loaders == 1 ? "" : " on the largest loaders") +
           " (the copy to the GPU then costs a little more, but the memory can be reclaimed), "
@@ -123,6 +147,9 @@ report::Finding finding(const Evidence& e) {
                  " stays pinned with the batches in flight") +
       (e.pinned_share ? ", " + num(*e.pinned_share * 100) + "% of the memory the job may use"
                       : std::string()) +
+      (e.per_rank.empty() ? std::string()
+                          : " (every rank pins its own batches in the node's one RAM: " +
+                                shares_text(e.per_rank) + ")") +
       ", and torch's caching host allocator keeps those blocks for reuse. When memory is "
       "short the rest of the job (page cache, the workers) is pushed out instead, and steps "
       "stall on swap and reclaim.";

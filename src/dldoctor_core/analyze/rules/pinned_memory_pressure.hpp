@@ -5,6 +5,8 @@
 #pragma once
 
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "dldoctor_core/analyze/memory.hpp"
@@ -31,6 +33,9 @@ struct Pinned {
   std::optional<double> bytes_estimate;
   /// bytes_in_flight (else the estimate) / the memory the job may use; empty when unknown.
   std::optional<double> share;
+  /// Each rank's pinned bytes (measured, else its estimate) when more than one main process
+  /// of the node pins: they all lock the node's one RAM, so the share above is theirs together.
+  std::vector<std::pair<std::string, double>> per_rank;
   /// Pinned memory counts among the causes: at least kPinnedMinShare, or not known to be less.
   bool matters() const noexcept { return loaders > 0 && (!share || *share >= kPinnedMinShare); }
 };
@@ -57,6 +62,7 @@ struct Evidence {
   std::optional<double> batch_bytes;                ///< of the largest pinned loader
   int num_workers = 0;                              ///< of the largest pinned loader
   std::optional<int> prefetch_factor;               ///< of the largest pinned loader, when set
+  std::vector<std::pair<std::string, double>> per_rank;  ///< Pinned::per_rank
 };
 /// Empty unless memory is short and Pinned::matters() (else ram_pressure speaks).
 std::optional<Evidence> detect(const JobView& job);

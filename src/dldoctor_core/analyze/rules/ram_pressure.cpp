@@ -1,22 +1,46 @@
 // Low memory reclaims the page cache the dataset reads from, then swaps, then kills.
 #include "dldoctor_core/analyze/rules/ram_pressure.hpp"
 
+#include "dldoctor_core/analyze/node_share.hpp"
 #include "dldoctor_core/analyze/rules/pinned_memory_pressure.hpp"
 
 namespace dldoctor::analyze::ram_pressure {
+
+std::vector<std::pair<std::string, double>> rss_per_rank(const JobView& job) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const RankShare& r : rank_shares(job)) {
+    std::optional<int64_t> rss;
+    bool main_counted = false;
+    for (const LoaderView* l : r.loaders) {
+      if (!main_counted && l->main.rss_peak_sum) {
+        rss = rss.value_or(0) + *l->main.rss_peak_sum;
+        main_counted = true;
+      }
+      if (l->config.num_workers > 0 && l->fetchers.rss_peak_sum)
+        rss = rss.value_or(0) + *l->fetchers.rss_peak_sum;
+    }
+    if (rss) out.emplace_back(r.name(), double(*rss));
+  }
+  if (out.size() < 2) out.clear();
+  return out;
+}
 
 std::optional<Evidence> detect(const JobView& job) {
   const Memory m = memory_of(job);
   if (!m.short_of_memory()) return std::nullopt;
   if (auto p = pinned_memory_pressure::pinned(job, m); p && p->matters())
     return std::nullopt;  // pinned_memory_pressure's
-  return Evidence{memory_rank(m, job), m};
+  return Evidence{memory_rank(m, job), m, rss_per_rank(job)};
 }
 
 report::Finding finding(const Evidence& e) {
   report::Finding f = report::make_finding("ram_pressure", -1, e.rank);
   add_memory_evidence(f, e.memory);
   f.title = "Memory is short (" + short_sentence(e.memory) + ")";
+  if (!e.rss_per_rank.empty()) {
+    f.add("ranks", double(e.rss_per_rank.size()));
+    f.add("rss_per_rank", shares_text(e.rss_per_rank));
+  }
   f.fix =
       "Find what holds the memory (the workers: see their RSS in the report; a "
       "dataset held in Python lists or dicts grows in every worker, see "
@@ -26,7 +50,12 @@ report::Finding finding(const Evidence& e) {
   f.why =
       "When MemAvailable or the cgroup's headroom runs low the kernel reclaims the page "
       "cache the dataset reads from and swaps, so reads go to storage and steps stall; "
-      "at the limit the OOM killer kills the largest process, usually a worker.";
+      "at the limit the OOM killer kills the largest process, usually a worker." +
+      (e.rss_per_rank.empty()
+           ? std::string()
+           : " Every rank's main process and workers live in this node's one RAM; each "
+             "rank's resident memory at its peak (main process and workers): " +
+                 shares_text(e.rss_per_rank) + ".");
   return f;
 }
 

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 
+#include "dldoctor_core/analyze/node_share.hpp"
 #include "dldoctor_core/analyze/text.hpp"
 #include "dldoctor_core/analyze/verdict.hpp"
 
@@ -106,22 +107,39 @@ std::optional<InFlight> in_flight(const LoaderView& l) noexcept {
     f.prefetch = *l.config.prefetch_factor;
     f.prefetch_known = true;
   }
+  f.batch_size = l.config.batch_size;
   return f;
 }
 
+/// The bytes the ranks hold with every rank's loader set to at most `w` workers and
+/// prefetch_factor `p` (a rank already below keeps its own).
+double total_with(const std::vector<InFlight>& ranks, int w, int p) {
+  double t = 0;
+  for (const InFlight& f : ranks)
+    t += f.batch_bytes * (std::min(w, f.workers) * std::min(p, f.prefetch) + kConsumerHeldBatches);
+  return t;
+}
+
 /// The smaller setting that fits `free_bytes` with the margin, said as a sentence part
-/// ("prefetch_factor=2"); "" when nothing smaller fits.
-std::string fits_today(const InFlight& f, const LoaderView& l, double free_bytes) {
+/// ("prefetch_factor=2"); "" when nothing smaller fits. `ranks`: what each main process of
+/// the node holds (its largest loader); the setting is for each of them (`f`, the largest
+/// of all, sets the steps tried).
+std::string fits_today(const InFlight& f, const std::vector<InFlight>& ranks,
+                       double free_bytes) {
   const double room = free_bytes / kShmMargin;
   for (int p = f.prefetch - 1; p >= 1; --p)
-    if (f.bytes_with(f.workers, p) <= room) return "prefetch_factor=" + std::to_string(p);
+    if (total_with(ranks, f.workers, p) <= room) return "prefetch_factor=" + std::to_string(p);
   for (int w = f.workers - 1; w >= 1; --w)
-    if (f.bytes_with(w, 1) <= room)
+    if (total_with(ranks, w, 1) <= room)
       return "num_workers=" + std::to_string(w) + ", prefetch_factor=1";
-  if (l.config.batch_size && *l.config.batch_size > 1) {
-    const double per_sample = f.batch_bytes / *l.config.batch_size;
-    const int bs = int(std::floor(room / (per_sample * f.batches())));
-    if (bs >= 1 && bs < *l.config.batch_size)
+  if (f.batch_size && *f.batch_size > 1) {
+    double per_batch_sample = 0;  // bytes of one sample in every batch in flight, all ranks
+    for (const InFlight& r : ranks) {
+      if (!r.batch_size || *r.batch_size <= 0) return "";
+      per_batch_sample += r.batch_bytes / *r.batch_size * r.batches();
+    }
+    const int bs = int(std::floor(room / per_batch_sample));
+    if (bs >= 1 && bs < *f.batch_size)
       return "batch_size=" + std::to_string(bs) +
              " (with gradient accumulation to keep the "
              "effective batch)";
@@ -188,24 +206,51 @@ std::optional<Evidence> detect(const JobView& job) {
     }
   }
 
+  // Every main process of the node fills the same /dev/shm at once: each one's largest
+  // loader, summed (one main process: that loader alone, as above).
+  std::vector<InFlight> held;
+  for (const RankShare& r : rank_shares(job)) {
+    std::optional<InFlight> most;
+    for (const LoaderView* l : r.loaders)
+      if (auto f = in_flight(*l); f && (!most || f->bytes() > most->bytes())) most = f;
+    if (!most) continue;
+    held.push_back(*most);
+    e.in_flight_total += most->bytes();
+    e.batches_total += most->batches();
+    e.rank_in_flight.emplace_back(r.name(), most->bytes());
+  }
+  if (held.size() < 2) {
+    e.rank_in_flight.clear();
+    held.clear();
+    if (e.in_flight) {
+      held.push_back(*e.in_flight);
+      e.in_flight_total = e.in_flight->bytes();
+      e.batches_total = e.in_flight->batches();
+    }
+  }
+
   const auto& f = e.in_flight;
-  e.predicted_over = f && e.free_bytes && f->bytes() > *e.free_bytes;
-  e.thin_margin = f && e.free_bytes && f->bytes() * kShmMargin > *e.free_bytes;
+  e.predicted_over = f && e.free_bytes && e.in_flight_total > *e.free_bytes;
+  e.thin_margin = f && e.free_bytes && e.in_flight_total * kShmMargin > *e.free_bytes;
   if (failures.empty() && !e.thin_margin && !observed_full) return std::nullopt;
 
   const bool failed = !failures.empty();
   e.loader = worst ? worst->loader : (failures.empty() ? -1 : failures.front().loader);
+  if (!e.rank_in_flight.empty()) e.loader = -1;  // the node's, not one rank's
   // A failure here is the job's end, so it outranks every throughput finding.
   e.rank.severity = failed ? report::Severity::kCritical : report::Severity::kWarning;
   if (failed) e.rank.tier = report::Tier::kFailure;
   e.rank.score = failed ? 0.0 : (e.predicted_over ? kPredictedOverflowScore : kThinMarginScore);
 
-  if (f) e.need_bytes = f->bytes();
+  if (f) e.need_bytes = e.in_flight_total;
   // A failure with fewer bytes predicted than free means something else fills /dev/shm
   // too (a dataset's own shared cache, another job): size from what was seen in use.
   if ((failed || observed_full) && used_peak && double(*used_peak) > e.need_bytes)
     e.need_bytes = double(*used_peak);
-  if (f && e.free_bytes) e.fits_today = fits_today(*f, *worst, *e.free_bytes);
+  if (f && e.free_bytes) {
+    e.fits_today = fits_today(*f, held, *e.free_bytes);
+    if (!e.fits_today.empty() && !e.rank_in_flight.empty()) e.fits_today += " in each rank's loader";
+  }
   e.container_kind = job.facts.container_kind;
   return e;
 }
@@ -216,7 +261,7 @@ namespace {
 /// setting that fits today's size when there is one.
 std::string sized_fix(const Evidence& e) {
   const double needed = e.need_bytes * kShmMargin;
-  const double in_flight = e.in_flight ? e.in_flight->bytes() : 0;
+  const double in_flight = e.in_flight ? e.in_flight_total : 0;
   // shm_fix sizes /dev/shm at kShmMargin x what it is given.
   const double base = in_flight * kShmMargin >= needed ? in_flight : needed / kShmMargin;
   std::string fix = shm_fix(e.container_kind, double(int64_t(base)));
@@ -242,6 +287,11 @@ report::Finding finding(const Evidence& e) {
 
   report::Finding out = report::make_finding("shm_exhausted", e.loader, e.rank);
   const std::string shm_size = total ? bytes_text(double(*total)) : std::string("unknown");
+  // "of ranks 0 and 1": the node's batches, every rank's together.
+  std::string of_ranks;
+  for (size_t i = 0; i < e.rank_in_flight.size(); ++i)
+    of_ranks += (i == 0 ? " of " : i + 1 == e.rank_in_flight.size() ? " and " : ", ") +
+                e.rank_in_flight[i].first;
   if (failed) {
     const Failure& x = e.failures.front();
     out.title = x.sigbus ? "A DataLoader worker died of SIGBUS: /dev/shm (" + shm_size +
@@ -253,12 +303,12 @@ report::Finding finding(const Evidence& e) {
     for (const Failure& y : e.failures) lost += y.lost;
     if (lost > 0) out.add(kBatchesLost, double(lost));
   } else if (e.predicted_over) {
-    out.title = "The batches in flight (" + bytes_text(f->bytes()) +
+    out.title = "The batches in flight" + of_ranks + " (" + bytes_text(e.in_flight_total) +
                 ") will not fit in "
                 "/dev/shm (" +
                 bytes_text(*free) + " free): workers will fail when the queues fill";
   } else if (e.thin_margin) {
-    out.title = "The batches in flight (" + bytes_text(f->bytes()) +
+    out.title = "The batches in flight" + of_ranks + " (" + bytes_text(e.in_flight_total) +
                 ") fill more than half of "
                 "/dev/shm (" +
                 bytes_text(*free) + " free): little margin before workers fail";
@@ -274,8 +324,12 @@ report::Finding finding(const Evidence& e) {
     out.add("batch_bytes", f->batch_bytes);
     out.add("num_workers", double(f->workers));
     out.add("prefetch_factor", double(f->prefetch));
-    out.add("batches_in_flight", double(f->batches()));
-    out.add("in_flight_bytes", f->bytes());
+    out.add("batches_in_flight", double(e.batches_total));
+    out.add("in_flight_bytes", e.in_flight_total);
+  }
+  if (!e.rank_in_flight.empty()) {
+    out.add("ranks", double(e.rank_in_flight.size()));
+    out.add("rank_in_flight_bytes", shares_text(e.rank_in_flight));
   }
   if (e.need_bytes > 0) out.add("shm_size_needed_bytes", e.need_bytes * kShmMargin);
   if (!e.fits_today.empty()) out.add("fits_today", e.fits_today);
@@ -304,7 +358,13 @@ report::Finding finding(const Evidence& e) {
       (f ? std::to_string(f->workers) + " workers x prefetch_factor " +
                std::to_string(f->prefetch) + (f->prefetch_known ? "" : " (torch's default)") +
                " + " + std::to_string(kConsumerHeldBatches) + " = " + std::to_string(f->batches()) +
-               " batches of " + bytes_text(f->batch_bytes) + ". "
+               " batches of " + bytes_text(f->batch_bytes) +
+               (e.rank_in_flight.empty()
+                    ? std::string(". ")
+                    : " in one rank's loader, and every rank's workers do the same at once in "
+                      "this node's one /dev/shm (" +
+                          shares_text(e.rank_in_flight) + ": " + bytes_text(e.in_flight_total) +
+                          " together). ")
          : std::string("the batches in flight must fit. ")) +
       "When /dev/shm is full, allocating a segment fails with \"No space left on device\", "
       "and touching a page the tmpfs cannot back kills the worker with SIGBUS; a batch "

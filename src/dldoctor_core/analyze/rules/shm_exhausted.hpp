@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dldoctor_core/analyze/view.hpp"
@@ -52,6 +53,7 @@ struct InFlight {
   int workers = 0;
   int prefetch = kDefaultPrefetchFactor;
   bool prefetch_known = false;
+  std::optional<int> batch_size;  ///< samples per batch, when known
   int batches() const noexcept { return workers * prefetch + kConsumerHeldBatches; }
   double bytes() const noexcept { return batch_bytes * batches(); }
   double bytes_with(int w, int p) const noexcept {
@@ -72,6 +74,14 @@ struct Evidence {
   int loader = -1;
   std::vector<Failure> failures;      ///< empty: a prediction, or use seen near full
   std::optional<InFlight> in_flight;  ///< of the loader the fix is sized from
+  /// What the node's main processes hold at once: each one's largest loader (a process's
+  /// loaders take turns), summed over the ranks, which all run at once on this /dev/shm.
+  /// Equal to in_flight's for a job of one main process.
+  double in_flight_total = 0;
+  int64_t batches_total = 0;
+  /// Each rank's bytes in flight ("rank 0", bytes), when more than one main process holds
+  /// some: the finding is then the node's, and a setting that fits is for each rank's loader.
+  std::vector<std::pair<std::string, double>> rank_in_flight;
   std::optional<double> free_bytes;
   std::optional<int64_t> total_bytes, used_peak_bytes;
   bool predicted_over = false;  ///< the batches in flight exceed what is free
