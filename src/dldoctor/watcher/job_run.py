@@ -150,7 +150,8 @@ class JobRun:
                 )
             terminal.print_report(report)
             if self.args.json:
-                _write_or_fallback(report.write_json, self.args.json, ".json", "JSON report")
+                path = _write_or_fallback(report.write_json, self.args.json, ".json", "JSON report")
+                print(f"dldoctor: JSON report written to {path}", file=sys.stderr)
             self._write_html_and_trace(watcher, report)
             return HANG_ABORT_EXIT if self.aborted else code
         finally:
