@@ -237,7 +237,10 @@ class JobRun:
             print("dldoctor: still waiting (--on-hang report); Ctrl-C to stop", file=sys.stderr)
 
     def _wait(self, watcher) -> int:
+        from .. import _ext
+
         assert self.child is not None
+        recent_s = _ext.RECENT_WINDOW_S  # what the early notices look at
         start = time.monotonic()
         while True:
             try:
@@ -258,7 +261,8 @@ class JobRun:
                 top = watcher.newly_named()
                 if top is not None and not self.args.quiet:
                     print(
-                        f"dldoctor: [{time.monotonic() - start:.1f} s] {top['id']}: {top['title']}",
+                        f"dldoctor: [{time.monotonic() - start:.1f} s] {top['id']}: {top['title']} "
+                        f"(over the last {recent_s:g} s)",
                         file=sys.stderr,
                         flush=True,
                     )
