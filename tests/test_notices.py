@@ -68,6 +68,8 @@ def test_a_confirmed_notice_with_other_figures_says_what_changed():
     assert note.startswith(head + "measures the whole run: "), note
     assert note.endswith("the loop wants 5 -> 7.4"), note
     assert "4.3" not in note  # an unchanged figure is not listed
+    both = notice_change_text(SLOW, FINAL.replace("4.3", "4.1"))
+    assert both.endswith(": worker supplies 4.3 -> 4.1 batches/s; the loop wants 5 -> 7.4"), both
     # The same words: nothing to say. A notice not confirmed: notice_text, as before.
     same = [{**findings[0], "title": SLOW["title"]}]
     assert notice_notes(resolve_notices([SLOW], same), same) == []

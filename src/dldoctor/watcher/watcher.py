@@ -274,6 +274,7 @@ def notice_notes(notices: list[dict], findings: list[dict]) -> list[str]:
 
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_UNIT_WORDS = {"ms", "s", "%", "MiB", "GiB", "CPUs", "workers", "batches"}
 
 
 def notice_change_text(n: dict, title: str) -> str:
@@ -293,9 +294,11 @@ def notice_change_text(n: dict, title: str) -> str:
         changes = []
         for i, (a, b) in enumerate(zip(old_nums, new_nums)):
             if a != b:
-                before = pieces[i].rstrip().split(" ")[-3:]  # the words before the figure
-                context = " ".join(w for w in before if w).strip(",:;(")
-                changes.append(f"{context} {a} -> {b}".strip())
+                # The words before the figure, and its unit after it ("batches/s").
+                before = " ".join(w for w in pieces[i].rstrip().split(" ")[-3:] if w)
+                after = (pieces[i + 1].split() or [""])[0].rstrip(",;:)")
+                unit = f" {after}" if "/" in after or after in _UNIT_WORDS else ""
+                changes.append(f"{before.strip(',:;(')} {a} -> {b}{unit}".strip())
         return head + ": " + "; ".join(changes)
     return head + f': the notice said "{n["title"]}", the whole run "{title}"'
 
