@@ -81,8 +81,8 @@ def human_bytes(n: float) -> str:
     return f"{_num(n)} B"
 
 
-# Labels a suffix rule would make unclear.
-_LABELS = {"involuntary_cs_per_s": "involuntary context switches"}
+# Labels a suffix rule would leave unclear.
+_LABELS = {"consumer_batches_per_s": "consumer takes", "involuntary_cs_per_s": "involuntary"}
 # Keys whose unit their name does not end with.
 _UNITS = {"cpu_left_for_workers": "CPUs"}
 
@@ -90,10 +90,13 @@ _UNITS = {"cpu_left_for_workers": "CPUs"}
 def label_and_value(key: str, value) -> tuple[str, str]:
     """The entry as people read it: the key without its unit suffix, the value with the unit
     ("getitem_p50_ms", 20.4 -> "getitem p50", "20.4 ms")."""
+    label, text = _label_and_value(key, value)
+    return _LABELS.get(key, label), text
+
+
+def _label_and_value(key: str, value) -> tuple[str, str]:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return _label(key), str(value)
-    if key in _LABELS:
-        return _LABELS[key], f"{_num(float(value))}/s"
     if key in _UNITS:
         return _label(key), f"{_num(float(value))} {_UNITS[key]}"
     v = float(value)

@@ -261,7 +261,7 @@ class JobRun:
                 top = watcher.newly_named()
                 if top is not None and not self.args.quiet:
                     print(
-                        f"dldoctor: [{time.monotonic() - start:.1f} s] {top['id']}: {top['title']} "
+                        f"dldoctor: [{top['seen_s']:.1f} s] {top['id']}: {top['title']} "
                         f"(over the last {recent_s:g} s)",
                         file=sys.stderr,
                         flush=True,

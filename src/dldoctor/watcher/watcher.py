@@ -164,7 +164,7 @@ class Watcher:
         self.notices.append(
             {"id": top["id"], "title": top["title"], "seen_s": t_s, "held_until_s": t_s}
         )
-        return top
+        return {**top, "seen_s": t_s}  # the time the notice line and the report both say
 
     def new_risks(self) -> list[dict]:
         """Warnings of a failure to come (/dev/shm, fds, GPU memory), each once, while the
