@@ -173,8 +173,8 @@ def short_paths(text: str, cwd: str | None = None) -> str:
 # -- two figures of one thing ---------------------------------------------------------------
 
 # The profile's mean and the hooks' median differ by more than this share before the report
-# explains it: closer, they read as the same figure.
-DIFFER_SHARE = 0.15
+# explains it: within a tenth, they read as the same figure.
+DIFFER_SHARE = 0.10
 _GETITEM_CALL_RE = re.compile(r"([\w.<>]*__getitem__)\s*(?:\([^)]*\))?\s*([\d.]+) ms/call")
 
 
