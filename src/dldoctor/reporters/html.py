@@ -737,9 +737,11 @@ h3 { font-size: 14px; margin: 14px 0 6px; }
 .fix { color: #1b5e20; }
 table.evidence td { padding: 1px 12px 1px 0; font-family: ui-monospace, Menlo, monospace;
                     font-size: 12.5px; }
+table.evidence td:first-child { white-space: nowrap; }
 table.evidence th { text-align: left; font-weight: 600; color: #555; font-size: 12px;
                     padding: 6px 0 1px; }
 table.evidence td.differ { font-family: inherit; font-style: italic; color: #555;
+                           white-space: normal;
                            padding-top: 6px; max-width: 60em; }
 table.loaders { border-collapse: collapse; }
 table.loaders th, table.loaders td { padding: 3px 12px; border-bottom: 1px solid #eee;
