@@ -233,13 +233,71 @@ def test_check_does_not_import_torch_without_a_gpu_driver():
 
 def test_check_takes_under_two_seconds():
     # Best of three: a noisy, shared machine must not fail this, a slow check still does.
+    # A contended CPU adds the documented second in which it names who uses the CPU.
     best = float("inf")
     for _ in range(3):
         start = time.monotonic()
         r = run([*CHECK, "--json", "-"])
-        best = min(best, time.monotonic() - start)
+        took = time.monotonic() - start
+        if "cpu_top" in json.loads(r.stdout)["facts"]:
+            took -= _preflight.TOP_CPU_WINDOW_S
+        best = min(best, took)
         assert r.returncode in (0, 1)
     assert best < 2.0, f"dldoctor check took {best:.2f} s"
+
+
+def _cpu_pressure() -> float | None:
+    try:
+        with open("/proc/pressure/cpu") as f:
+            return float(f.readline().split()[1].split("=")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def test_cpu_pressure_names_the_processes_using_the_cpu():
+    # Issue 10: check warned "something else is competing for cpu" and the user could not
+    # tell it was their own build. Busy loops, one more than the CPUs, make real contention.
+    if _cpu_pressure() is None:
+        pytest.skip("/proc/pressure/cpu not readable (kernel without PSI)")
+    n = len(os.sched_getaffinity(0)) + 1
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        deadline = time.monotonic() + 15  # PSI's avg10 takes a few seconds to rise
+        while (_cpu_pressure() or 0) <= _preflight.PRESSURE_WARN_PCT + 5:
+            if time.monotonic() > deadline:
+                pytest.skip(f"cpu pressure stayed at {_cpu_pressure()}% under {n} busy loops")
+            time.sleep(0.5)
+        r = run([*CHECK, "--no-cuda"])
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert r.returncode in (0, 1), r.stderr
+    row = next(x for x in r.stdout.splitlines() if x.lstrip("│┃ ").startswith("pressure"))
+    assert "WARN" in row, r.stdout
+    fix = r.stdout.split("WARN pressure: fix", 1)[1]
+    fix = fix.split("\n\n", 1)[0]
+    assert "the processes using the CPU most over the last second" in fix, r.stdout
+    named = [p.pid for p in busy if f"(pid {p.pid}, " in fix]
+    assert named, f"none of the busy loops {[p.pid for p in busy]} named:\n{r.stdout}"
+    # Each with its share of a CPU and its command line.
+    assert "% of a CPU: " in fix and "while True: pass" in fix, fix
+
+
+def test_pressure_check_words_the_cpu_users():
+    facts = _facts_with(pressure__cpu_some_avg10=60.0, pressure__io_some_avg10=1.0)
+    facts["cpu_top"] = [
+        {"pid": 41, "comm": "cc1plus", "cmdline": "cc1plus -O2 x.cpp", "cpu_pct": 97.6},
+        {"pid": 42, "comm": "python3", "cmdline": "", "cpu_pct": 40.2},
+    ]
+    c = _preflight.check_pressure(facts)
+    assert c.status == "warn"
+    assert "cc1plus (pid 41, 98% of a CPU), python3 (pid 42, 40% of a CPU)" in c.message
+    assert "cc1plus (pid 41, 98% of a CPU: cc1plus -O2 x.cpp); python3 (pid 42, 40%" in c.fix
+    facts["cpu_top"] = []  # read, and nobody used much: said so
+    assert "no process used over 5% of a CPU" in _preflight.check_pressure(facts).message
+    assert _preflight.cpu_contended(facts)
+    assert not _preflight.cpu_contended(_facts_with(pressure__cpu_some_avg10=1.0))
 
 
 def test_parse_size_suffixes():

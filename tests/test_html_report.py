@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from _chromium import Chromium, chromium_path
+from dldoctor.reporters.evidence import grouped, short_paths
 from doctor_run import run_doctor, scenario
 
 pytestmark = pytest.mark.scenario
@@ -69,9 +70,13 @@ def _check_page(chrome: Chromium, page: str, report: dict) -> list[dict]:
     assert f"verdict: {report['verdict']}" in text
     for f in report["findings"]:
         assert chrome.evaluate(f"!!document.getElementById('finding-{f['id']}')"), f["id"]
-        assert f["title"] in text
+        # Paths as the page shows them: relative to where dldoctor ran (this cwd).
+        assert short_paths(f["title"]) in text
         if f.get("fix"):
-            assert f["fix"] in text
+            assert short_paths(f["fix"]) in text
+        for _group, entries in grouped(f.get("evidence") or {}):
+            for label, value in entries:
+                assert value in text, (f["id"], label, value)
     ids = {c["id"] for c in charts}
     assert CORE_CHARTS <= ids, f"missing charts: {CORE_CHARTS - ids}"
     for c in charts:
@@ -110,6 +115,57 @@ def test_html_opens_offline_with_verdict_findings_and_charts(slow_getitem_run):
             chrome.open("file://" + page)
             os.makedirs(os.path.dirname(DOCS_PNG), exist_ok=True)
             chrome.screenshot(DOCS_PNG, max_height=2700)  # the verdict, findings, loop and workers
+
+
+CHART_SCALES_JS = """
+(() => {
+  const shm = document.getElementById('chart-shm');
+  const loop = document.getElementById('chart-batches');
+  const stall = document.getElementById('chart-stall');
+  const notes = gd => (gd.layout.annotations || []).map(a => a.text);
+  return {
+    shm_range: shm._fullLayout.yaxis.range,
+    shm_traces: shm.data.map(t => t.name),
+    shm_used: shm.data[0].y.filter(v => v !== null),
+    shm_title: shm.layout.title.text,
+    loop_notes: notes(loop), stall_notes: notes(stall),
+    loop_shapes: (loop.layout.shapes || []).map(s => [s.x0, s.x1]),
+  };
+})()
+"""
+
+
+@needs_chromium
+def test_shm_use_is_visible_and_the_start_is_marked(slow_getitem_run):
+    # Issue 10: the /dev/shm used line lay flat against a 24 GiB axis, and the seconds
+    # before the first batch were blank without a word.
+    r, page, _ = slow_getitem_run
+    with Chromium() as chrome:
+        chrome.open("file://" + page)
+        got = chrome.evaluate(CHART_SCALES_JS)
+    total_mib = (
+        r.report["series"]["machine"].get("shm_total_bytes")
+        or r.report["system"]["shm_total_bytes"]
+    )
+    total_mib /= 2**20
+    peak = max(got["shm_used"])
+    top = got["shm_range"][1]
+    if peak < 0.1 * total_mib:  # a few MiB of a large tmpfs: drawn on their own scale
+        assert got["shm_traces"] == ["used"], got
+        assert abs(top - max(peak * 1.25, 1.0)) < 1e-6 and top < total_mib / 2, got
+        assert "on its own scale (size " in got["shm_title"], got
+    else:
+        assert got["shm_traces"] == ["used", "size"] and top >= total_mib, got
+    # The job's start (interpreter, torch import, workers spawning) is shaded and said.
+    first = next(
+        t
+        for i, t in enumerate(r.report["series"]["t_s"])
+        if any((ld["batches_per_s"][i] or 0) > 0 for ld in r.report["series"]["loaders"])
+    )
+    assert first > 0.5, first  # a spawned or forked worker and a JPEG decode take longer
+    for notes in (got["loop_notes"], got["stall_notes"]):
+        assert any(f"first batch at {first:.1f} s" in n and "starting" in n for n in notes), got
+    assert got["loop_shapes"] and got["loop_shapes"][0][1] == first, got
 
 
 def test_series_in_the_json_report(slow_getitem_run):

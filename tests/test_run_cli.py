@@ -236,3 +236,66 @@ def test_run_options_are_listed_in_help(arg):
         [sys.executable, "-m", "dldoctor", "run", "--help"], capture_output=True, text=True
     )
     assert arg in proc.stdout
+
+
+def test_run_help_lists_the_exit_codes():
+    proc = subprocess.run(
+        [sys.executable, "-m", "dldoctor", "run", "--help"], capture_output=True, text=True
+    )
+    text = proc.stdout
+    assert "exit status:" in text, text
+    for code in ("124", "126", "127", "2 "):
+        assert code in text.split("exit status:", 1)[1], text
+    assert "dldoctor run [options] -- python train.py" in text
+
+
+def test_a_job_without_dashdash_gets_a_one_line_hint_and_is_not_run(tmp_path):
+    marker = tmp_path / "ran"
+    job = f"open({str(marker)!r}, 'w')"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dldoctor", "run", "-q", "--json", str(tmp_path / "r.json"),
+         "python", "-c", job],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "unrecognized arguments: -c" in proc.stderr, proc.stderr
+    hints = [x for x in proc.stderr.splitlines() if x.startswith("hint:")]
+    assert len(hints) == 1, proc.stderr
+    # The same line with -- where it belongs, dldoctor's own options kept before it.
+    assert hints[0].startswith("hint: put -- before the job's command: dldoctor run -q --json ")
+    assert hints[0].endswith(" -- python -c " + __import__("shlex").quote(job)), hints[0]
+    assert not marker.exists()
+    # An unknown option of dldoctor's own, with the -- given: no hint about --.
+    proc = subprocess.run(
+        [sys.executable, "-m", "dldoctor", "run", "--no-such", "--", "python", "-c", "pass"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "hint:" not in proc.stderr, proc.stderr
+
+
+def test_report_prints_to_stdout_and_run_names_its_json(tmp_path):
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dldoctor", "run", "-q", "--json", str(out),
+         "--", sys.executable, "-c", "pass"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    # Under run the job's stdout is the job's: the report and the path go to stderr.
+    assert proc.stdout == ""
+    assert "dldoctor verdict: unknown" in proc.stderr
+    assert f"dldoctor: JSON report written to {out}" in proc.stderr, proc.stderr
+    # `report` prints the report itself to stdout, so `> out.txt` keeps it.
+    proc = subprocess.run(
+        [sys.executable, "-m", "dldoctor", "report", str(out)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("dldoctor verdict: unknown"), proc.stdout
+    assert proc.stderr == ""
+    again = tmp_path / "again.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dldoctor", "report", str(out), "--json", str(again)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "dldoctor verdict: unknown" in proc.stdout and again.exists()

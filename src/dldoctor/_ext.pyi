@@ -17,6 +17,11 @@ def probe_storage(path: str, max_seconds: float = 2.0, max_files: int = 100000) 
     The storage behind a data directory: filesystem, disk, a bounded file count and a page-cache-bypassing read probe. Raises CoreError when the path is missing.
     """
 
+def top_cpu_users(window_s: float = 1.0, count: int = 5, min_pct: float = 1.0, proc_root: str = '/proc') -> list:
+    """
+    The processes that used the CPU most over the next window_s seconds (two readings of every /proc/<pid>/stat), most first: dicts of pid, comm, cmdline and cpu_pct (percent of one CPU); at most count, each with at least min_pct. Empty when /proc cannot be listed.
+    """
+
 class Sampler:
     """
     Samples a process tree from /proc on its own thread (never holding the GIL). Snapshots are dicts; unknown values are None.
@@ -252,6 +257,8 @@ RAM_LOW_FRACTION: float = 0.1
 MAIN_PROCESS_CORES: int = 1
 
 CACHE_FIT_FRACTION: float = 0.5
+
+RECENT_WINDOW_S: float = 10.0
 
 def tune_next(profile: object, trials: object) -> object:
     """

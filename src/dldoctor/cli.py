@@ -32,10 +32,49 @@ def _load(name: str):
     return module.Command()
 
 
+# Commands that run a job given after `--`: without it, argparse takes the job's own options
+# (`python -c ...`) for dldoctor's and refuses them; the error then says where `--` goes.
+JOB_COMMANDS = ("run", "tune")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a hint beside "unrecognized arguments" when a job's command lacks `--`."""
+
+    argv: list[str] = []
+
+    def error(self, message: str):
+        hint = _dashdash_hint(self, self.argv) if "unrecognized arguments" in message else ""
+        if hint:
+            self.print_usage(sys.stderr)
+            self.exit(2, f"{self.prog}: error: {message}\n{hint}\n")
+        super().error(message)
+
+
+def _dashdash_hint(parser: argparse.ArgumentParser, argv: list[str]) -> str:
+    """`hint: ... dldoctor run -- python -c ...` for `dldoctor run python -c ...`: `--` put
+    before the first word that is neither an option of the command nor an option's value."""
+    if not argv or argv[0] not in JOB_COMMANDS or "--" in argv:
+        return ""
+    sub = getattr(parser, "subparsers", {}).get(argv[0])
+    if sub is None:
+        return ""
+    takes_value = {
+        s for a in sub._actions if a.option_strings and a.nargs != 0 for s in a.option_strings
+    }
+    i = 1
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 1 if "=" in argv[i] or argv[i] not in takes_value else 2
+    if i >= len(argv):
+        return ""
+    import shlex
+
+    line = shlex.join(["dldoctor", *argv[:i], "--", *argv[i:]])
+    return f"hint: put -- before the job's command: {line}"
+
+
 def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="dldoctor", description="A doctor for PyTorch's DataLoader."
-    )
+    parser = _Parser(prog="dldoctor", description="A doctor for PyTorch's DataLoader.")
+    parser.subparsers = {}
     parser.add_argument("--version", action="version", version=f"dldoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -44,12 +83,14 @@ def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         command.prepare_parser(p)
         p.set_defaults(_command=command)
+        parser.subparsers[name] = p
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
+    parser.argv = argv
     args = parser.parse_args(argv)
     try:
         return int(args._command.run(args) or 0)

@@ -15,6 +15,7 @@
 
 #include "dldoctor_core/common/error.hpp"
 #include "dldoctor_core/sample/cpu_times.hpp"
+#include "dldoctor_core/sample/cpu_top.hpp"
 #include "dldoctor_core/sample/field.hpp"
 #include "dldoctor_core/sample/io.hpp"
 #include "dldoctor_core/sample/meminfo.hpp"
@@ -454,3 +455,43 @@ TEST(SampleActiveThreads, SpinningThreadsCountSleepingOnesDoNot) {
 
 }  // namespace
 }  // namespace dldoctor
+
+// The CPU top of `dldoctor check`: ticks between two readings, per process, most first.
+TEST(SampleCpuTop, RanksByTicksBetweenReadings) {
+  std::unordered_map<int, CpuReading> before{
+      {10, {"cc1plus", 500, 1000}}, {11, {"python3", 600, 40}}, {12, {"idle", 700, 5}},
+      {13, {"reused", 800, 0}}};
+  std::unordered_map<int, CpuReading> after{
+      {10, {"cc1plus", 500, 1090}},  // 90 ticks in 1 s at 100 Hz: 90 % of a CPU
+      {11, {"python3", 600, 240}},   // two busy threads: 200 %
+      {12, {"idle", 700, 5}},        // nothing used: left out
+      {13, {"reused", 900, 50}},     // another start time: another process, left out
+      {14, {"new", 950, 30}}};       // not in the first reading: left out
+  auto top = rank_cpu_users(before, after, 1.0, 100.0, 5, 1.0);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].pid, 11);
+  EXPECT_DOUBLE_EQ(top[0].cpu_pct, 200.0);
+  EXPECT_EQ(top[1].comm, "cc1plus");
+  EXPECT_DOUBLE_EQ(top[1].cpu_pct, 90.0);
+  // count and min_pct bound the list.
+  EXPECT_EQ(rank_cpu_users(before, after, 1.0, 100.0, 1, 1.0).size(), 1u);
+  EXPECT_EQ(rank_cpu_users(before, after, 1.0, 100.0, 5, 95.0).size(), 1u);
+  EXPECT_TRUE(rank_cpu_users(before, after, 0.0, 100.0, 5, 1.0).empty());
+}
+
+// On the real /proc: a thread of this test busy for the window is found in this process.
+TEST(SampleCpuTop, FindsABusyThreadOfThisProcess) {
+  std::atomic<bool> stop{false};
+  std::thread spin([&] {
+    volatile uint64_t x = 0;
+    while (!stop.load(std::memory_order_relaxed)) x = x + 1;
+  });
+  auto top = top_cpu_users("/proc", 0.5, 64, 0.0);
+  stop = true;
+  spin.join();
+  auto self = std::find_if(top.begin(), top.end(),
+                           [](const CpuUser& u) { return u.pid == ::getpid(); });
+  ASSERT_NE(self, top.end());
+  EXPECT_GT(self->cpu_pct, 5.0);
+  EXPECT_FALSE(self->cmdline.empty());
+}

@@ -13,6 +13,7 @@
 #include "dldoctor_core/analyze/rules/fd_limit.hpp"
 #include "dldoctor_core/analyze/rules/io_bound.hpp"
 #include "dldoctor_core/analyze/rules/shm_exhausted.hpp"
+#include "dldoctor_core/analyze/session.hpp"
 #include "dldoctor_core/analyze/tune.hpp"
 #include "dldoctor_core/common/error.hpp"
 #include "optional.hpp"
@@ -445,6 +446,8 @@ void register_analyze(nb::module_& m) {
   m.attr("RAM_LOW_FRACTION") = analyze::kLowMemoryFraction;
   m.attr("MAIN_PROCESS_CORES") = analyze::kMainProcessCores;
   m.attr("CACHE_FIT_FRACTION") = analyze::kCacheFitFraction;
+  // The stretch the streaming verdict (the early notices) looks at, for their words.
+  m.attr("RECENT_WINDOW_S") = double(analyze::kRecentWindowNs) / 1e9;
   register_tune(m);
   m.def("shm_fix", &analyze::shm_fix, nb::arg("container_kind"), nb::arg("in_flight_bytes"),
         "The fix for a /dev/shm that must hold in_flight_bytes (SHM_MARGIN times over), as "

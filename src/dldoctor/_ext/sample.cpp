@@ -1,8 +1,10 @@
 // Glue for dldoctor_core/sample: the Sampler class and snapshots as plain dicts.
 #include <Python.h>
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 
 #include "dldoctor_core/common/error.hpp"
+#include "dldoctor_core/sample/cpu_top.hpp"
 #include "dldoctor_core/sample/sampler.hpp"
 #include "optional.hpp"
 #include "register.hpp"
@@ -125,6 +127,30 @@ nb::dict snapshot_to_dict(const sample::Snapshot& s) {
 }
 
 void register_sample(nb::module_& m) {
+  m.def(
+      "top_cpu_users",
+      [](double window_s, size_t count, double min_pct, const std::string& proc_root) {
+        std::vector<sample::CpuUser> users;
+        {
+          nb::gil_scoped_release release;
+          users = sample::top_cpu_users(proc_root, window_s, count, min_pct);
+        }
+        nb::list out;
+        for (const auto& u : users) {
+          nb::dict d;
+          d["pid"] = u.pid;
+          d["comm"] = u.comm;
+          d["cmdline"] = u.cmdline;
+          d["cpu_pct"] = u.cpu_pct;
+          out.append(d);
+        }
+        return out;
+      },
+      nb::arg("window_s") = 1.0, nb::arg("count") = 5, nb::arg("min_pct") = 1.0,
+      nb::arg("proc_root") = "/proc",
+      "The processes that used the CPU most over the next window_s seconds (two readings of "
+      "every /proc/<pid>/stat), most first: dicts of pid, comm, cmdline and cpu_pct (percent of "
+      "one CPU); at most count, each with at least min_pct. Empty when /proc cannot be listed.");
   using sample::Sampler;
   nb::class_<Sampler>(m, "Sampler",
                       "Samples a process tree from /proc on its own thread (never holding the "

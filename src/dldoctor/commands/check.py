@@ -15,7 +15,8 @@ exit status: 0 when no check FAILs (WARN and UNKNOWN included), 1 when any check
 2 on bad input (a missing --data-dir, a malformed size).
 
 sizes: K/M/G/T are powers of 1000 and Ki/Mi/Gi/Ti powers of 1024 (64M, 512Mi, 2G).
-Without --data-dir the check takes well under 2 s. torch is imported only when a GPU driver
+Without --data-dir the check takes well under 2 s (one second more when the CPU is contended: it
+then names the processes using it most over that second). torch is imported only when a GPU driver
 is present and the installed torch is not a CPU-only build (to read each device's free
 memory); --no-cuda skips that.
 """
@@ -79,6 +80,8 @@ class Command:
         facts = _facts.collect(cuda="never" if args.no_cuda else "auto")
         if data_dir is not None:
             facts["storage"] = _probe_storage(data_dir, args.max_seconds)
+        if _preflight.cpu_contended(facts):  # name who competes: one more second, only then
+            facts["cpu_top"] = _top_cpu_users()
 
         usable = (facts.get("cpu") or {}).get("usable")
         if args.num_workers is not None:
@@ -148,6 +151,19 @@ def _probe_storage(path: str, max_seconds: float) -> dict:
         return dict(_ext.probe_storage(path, max_seconds=max_seconds))
     except _ext.CoreError as e:
         raise DldoctorError(str(e)) from None
+
+
+def _top_cpu_users() -> list[dict]:
+    from .. import _ext
+    from ..preflight import checks as _preflight
+
+    return list(
+        _ext.top_cpu_users(
+            window_s=_preflight.TOP_CPU_WINDOW_S,
+            count=_preflight.TOP_CPU_COUNT,
+            min_pct=_preflight.TOP_CPU_MIN_PCT,
+        )
+    )
 
 
 def _write_json(doc: dict, target: str) -> None:

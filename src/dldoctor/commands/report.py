@@ -1,5 +1,6 @@
 """`dldoctor report F.json [--html F]`: re-render a saved report; `dldoctor report A.json
-B.json ...`: several nodes' reports merged into one job view (report.merge_reports)."""
+B.json ...`: several nodes' reports merged into one job view (report.merge_reports).
+The report goes to stdout (`> out.txt` keeps it); notices and errors go to stderr."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ class Command:
             from ..report import merge_reports
 
             report = merge_reports(reports, _node_names(args.paths))
-        terminal.print_report(report)
+        terminal.print_report(report, file=sys.stdout)
         if args.json:
             report.write_json(args.json)
         if args.html:

@@ -17,8 +17,27 @@ def parse_overrides(items: list[str]) -> dict:
         raise DldoctorError(str(e)) from None
 
 
+EPILOG = f"""\
+Put -- before the job's command: dldoctor run [options] -- python train.py --lr 0.1
+
+exit status: the job's own exit code (128+N when signal N ended it);
+  {HANG_ABORT_EXIT}  --on-hang abort ended a job that hung;
+  126  the command cannot be executed (permission denied);
+  127  the command does not exist;
+  2    dldoctor's own usage errors (a bad option or --set, an unwritable --json/--html/--trace
+       path): one line, and the job is not run.
+The report is printed on stderr (the job's stdout stays the job's own); --json F writes it as
+JSON. A report that cannot be written at the end goes to a temporary file, and the exit status
+stays the job's.
+"""
+
+
 class Command:
     def prepare_parser(self, parser) -> None:
+        import argparse
+
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.epilog = EPILOG
         parser.add_argument("--json", metavar="F", help="write the JSON report (schema 1) to F")
         parser.add_argument("--html", metavar="F", help="write a self-contained HTML report to F")
         parser.add_argument("--trace", metavar="F", help="write a Chrome/Perfetto trace to F")

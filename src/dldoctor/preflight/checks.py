@@ -44,6 +44,13 @@ OPEN_FDS_WARN_FRACTION = 0.5
 # PSI "some" avg10: the share of the last 10 s in which a task waited for the resource. Above
 # a fifth, something else on the machine is competing now, and loader speed will vary with it.
 PRESSURE_WARN_PCT = 20.0
+# When the CPU is contended, the check names who uses it: the processes' CPU over this window
+# (long enough for a 100 Hz tick count to resolve a few percent, short enough for a check),
+TOP_CPU_WINDOW_S = 1.0
+# the few busiest (the competitor is nearly always among them: a build, another job),
+TOP_CPU_COUNT = 5
+# and none under a twentieth of a CPU, which competes with nothing.
+TOP_CPU_MIN_PCT = 5.0
 # A GPU with under a tenth of its memory free is held by another process.
 GPU_FREE_WARN_FRACTION = 0.10
 # One GPU training a ResNet-50 on ImageNet JPEGs reads ~110 KB x ~2,500 images/s = 275 MB/s;
@@ -474,6 +481,26 @@ def check_memlock(facts: dict, a: Assumptions) -> Check:
 # --- machine load, torch, CUDA -----------------------------------------------------------------
 
 
+def cpu_contended(facts: dict) -> bool:
+    """Whether the pressure check will warn about the CPU: then `dldoctor check` reads who uses
+    it (`_ext.top_cpu_users`) into facts["cpu_top"] before the checks run."""
+    p = facts.get("pressure") or {}
+    values = {k: p.get(f"{k}_some_avg10") for k in ("cpu", "io", "memory")}
+    known = {k: v for k, v in values.items() if v is not None}
+    return (
+        bool(known)
+        and max(known, key=lambda k: known[k]) == "cpu"
+        and (known["cpu"] > PRESSURE_WARN_PCT)
+    )
+
+
+def _cpu_user(u: dict, long: bool) -> str:
+    text = f"{u['comm']} (pid {u['pid']}, {u['cpu_pct']:.0f}% of a CPU"
+    if long and u.get("cmdline"):
+        text += f": {u['cmdline']}"
+    return text + ")"
+
+
 def check_pressure(facts: dict) -> Check:
     p = facts.get("pressure") or {}
     values = {k: p.get(f"{k}_some_avg10") for k in ("cpu", "io", "memory")}
@@ -488,16 +515,27 @@ def check_pressure(facts: dict) -> Check:
     )
     message = "tasks stalled in the last 10 s: " + message
     if known[worst] > PRESSURE_WARN_PCT:
-        return Check(
-            "pressure",
-            WARN,
-            known[worst],
-            "%",
-            message + f": something else is competing for {worst} now, so loader speed will "
-            "vary with it",
-            "find the competing processes (top, iotop) before measuring; for a real job, "
-            "reserve the CPUs (taskset, cpusets) or storage it needs",
+        message += (
+            f": something else is competing for {worst} now, so loader speed will vary with it"
         )
+        fix = (
+            "find the competing processes (top, iotop) before measuring; for a real job, "
+            "reserve the CPUs (taskset, cpusets) or storage it needs"
+        )
+        top = facts.get("cpu_top") if worst == "cpu" else None
+        if top:
+            message += "; using the CPU most over the last second: " + ", ".join(
+                _cpu_user(u, long=False) for u in top
+            )
+            fix = (
+                "the processes using the CPU most over the last second: "
+                + "; ".join(_cpu_user(u, long=True) for u in top)
+                + ". Let them finish (a build, another job) before measuring, or stop them; for "
+                "a real job, reserve the CPUs it needs (taskset, cpusets)"
+            )
+        elif worst == "cpu" and "cpu_top" in facts:
+            message += f"; no process used over {TOP_CPU_MIN_PCT:.0f}% of a CPU in the last second"
+        return Check("pressure", WARN, known[worst], "%", message, fix)
     return Check("pressure", OK, known[worst], "%", message)
 
 

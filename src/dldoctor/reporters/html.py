@@ -15,8 +15,8 @@ import math
 
 from ..errors import DldoctorError
 from ..report import loader_label, loader_labels
-from . import loader_table
-from .terminal import _LOADER_COLUMNS, _fmt, format_evidence_value
+from . import evidence, loader_table
+from .terminal import _LOADER_COLUMNS, _fmt
 
 SEVERITY_COLOR = {"critical": "#c62828", "warning": "#b26a00", "info": "#1565c0"}
 # Process states as /proc/<pid>/stat writes them, in heatmap order.
@@ -29,6 +29,12 @@ STATES = [
     ("?", "other", "#000000"),
 ]
 X_TITLE = "seconds since the job started"
+# /dev/shm used under this share of its size would be a flat line at zero against the size
+# (a few MiB against a 24 GiB tmpfs): the used line is then drawn on its own scale.
+SHM_OWN_SCALE_BELOW = 0.10
+# Before the first batch the loop charts are empty; a start longer than this is marked with
+# why (the job starting, the workers spawning), shorter ones would only clutter the chart.
+START_MARK_MIN_S = 0.5
 
 
 def require_plotly():
@@ -148,14 +154,22 @@ def _findings(report) -> str:
         color = SEVERITY_COLOR.get(sev, "#555")
         ev = f.get("evidence") or {}
         rows = "".join(
-            f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(format_evidence_value(v))}</td></tr>"
-            for k, v in ev.items()
+            f'<tr><th colspan="2">{html.escape(group)}</th></tr>'
+            + "".join(
+                f"<tr><td>{html.escape(label)}</td><td>{html.escape(value)}</td></tr>"
+                for label, value in entries
+            )
+            for group, entries in evidence.grouped(ev)
+        )
+        rows += "".join(
+            f'<tr><td colspan="2" class="differ">{html.escape(line)}</td></tr>'
+            for line in evidence.differing_figures(ev)
         )
         parts = [
             f'<div class="finding" id="finding-{html.escape(f["id"])}" style="border-color:{color}">',
             f'<div class="fid" style="color:{color}">{html.escape(f["id"])} '
             f'<span class="sev">({html.escape(sev)})</span></div>',
-            f'<div class="row"><span class="lbl">Diagnosis</span>{html.escape(f.get("title", ""))}</div>',
+            f'<div class="row"><span class="lbl">Diagnosis</span>{html.escape(evidence.short_paths(f.get("title", "")))}</div>',
         ]
         if rows:
             parts.append(
@@ -164,11 +178,11 @@ def _findings(report) -> str:
             )
         if f.get("fix"):
             parts.append(
-                f'<div class="row fix"><span class="lbl">Fix</span>{html.escape(f["fix"])}</div>'
+                f'<div class="row fix"><span class="lbl">Fix</span>{html.escape(evidence.short_paths(f["fix"]))}</div>'
             )
         if f.get("why"):
             parts.append(
-                f'<div class="row"><span class="lbl">Why</span>{html.escape(f["why"])}</div>'
+                f'<div class="row"><span class="lbl">Why</span>{html.escape(evidence.short_paths(f["why"]))}</div>'
             )
         parts.append("</div>")
         out.append("".join(parts))
@@ -354,6 +368,7 @@ def _charts(report, go) -> list[tuple[str, list]]:
 
     loop = []
     loaders = [ld for ld in s.get("loaders") or [] if _has(ld.get("batches_per_s"))]
+    first_batch = first_batch_s(t, loaders)
     if loaders:
         fig = go.Figure()
         for ld in loaders:
@@ -366,6 +381,7 @@ def _charts(report, go) -> list[tuple[str, list]]:
                 )
             )
         _layout(fig, "Batches per second (handed to the training loop)", "batches/s")
+        _mark_start(fig, t, first_batch)
         loop.append(("chart-batches", "batches/s", fig, None))
     stalls = [ld for ld in s.get("loaders") or [] if _has(ld.get("data_stall_pct"))]
     if stalls:
@@ -385,6 +401,7 @@ def _charts(report, go) -> list[tuple[str, list]]:
             "%",
             yaxis_range=[0, 100],
         )
+        _mark_start(fig, t, first_batch)
         loop.append(
             (
                 "chart-stall",
@@ -494,30 +511,9 @@ def _charts(report, go) -> list[tuple[str, list]]:
     machine = []
     shm = m.get("shm_used_bytes")
     if _has(shm):
-        fig = go.Figure()
-        fig.add_trace(
-            go.Scatter(x=t, y=[_mib(v) for v in shm], name="used", fill="tozeroy", **line)
-        )
         total = m.get("shm_total_bytes") or (report.system or {}).get("shm_total_bytes")
-        if total:
-            fig.add_trace(
-                go.Scatter(
-                    x=[t[0], t[-1]],
-                    y=[_mib(total)] * 2,
-                    name="size",
-                    mode="lines",
-                    line={"dash": "dash", "color": "#c62828"},
-                )
-            )
-        _layout(fig, "Shared memory (/dev/shm): used against its size", "MiB")
-        machine.append(
-            (
-                "chart-shm",
-                "shm",
-                fig,
-                "Batches from workers pass through /dev/shm; at its size they fail (SIGBUS).",
-            )
-        )
+        fig, note = _shm_chart(go, t, shm, total, line)
+        machine.append(("chart-shm", "shm", fig, note))
     mem = m.get("mem_available_bytes")
     if _has(mem):
         fig = go.Figure()
@@ -591,6 +587,69 @@ def _charts(report, go) -> list[tuple[str, list]]:
     if machine:
         sections.append(("The machine", machine))
     return sections
+
+
+def first_batch_s(t: list, loaders: list) -> float | None:
+    """When the first batch reached the loop: the first sample time with batches handed out,
+    over all loaders (None when none was)."""
+    for i, ts in enumerate(t):
+        if any((ld["batches_per_s"][i] or 0) > 0 for ld in loaders if i < len(ld["batches_per_s"])):
+            return ts
+    return None
+
+
+def _mark_start(fig, t: list, first: float | None) -> None:
+    """Shades the seconds before the first batch and says what they were, so an empty start
+    of the loop charts reads as the job starting, not as missing data."""
+    if not t or first is None or first - t[0] < START_MARK_MIN_S:
+        return
+    fig.add_vrect(x0=t[0], x1=first, fillcolor="#9e9e9e", opacity=0.12, line_width=0)
+    fig.add_annotation(
+        x=(t[0] + first) / 2,
+        y=1,
+        yref="paper",
+        yanchor="top",
+        showarrow=False,
+        text=f"starting: imports, workers spawning<br>first batch at {first:.1f} s",
+        font={"size": 11, "color": "#555"},
+    )
+
+
+def _shm_chart(go, t: list, shm: list, total, line: dict):
+    """/dev/shm used against its size; when the use is too small to see against the size, on
+    its own scale, the size said in words. The figure and its note (this module's HTML)."""
+    used = [_mib(v) for v in shm]
+    peak = max((v for v in shm if v is not None), default=0)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=t, y=used, name="used", fill="tozeroy", **line))
+    note = "Batches from workers pass through /dev/shm; at its size they fail (SIGBUS)."
+    if total and peak >= SHM_OWN_SCALE_BELOW * total:
+        fig.add_trace(
+            go.Scatter(
+                x=[t[0], t[-1]],
+                y=[_mib(total)] * 2,
+                name="size",
+                mode="lines",
+                line={"dash": "dash", "color": "#c62828"},
+            )
+        )
+        _layout(fig, "Shared memory (/dev/shm): used against its size", "MiB")
+        return fig, note
+    top = max(_mib(peak) * 1.25, 1.0)  # at least 1 MiB tall: an idle /dev/shm reads as idle
+    size = f"{_gib(total):.2f} GiB" if total else "unknown"
+    _layout(
+        fig,
+        f"Shared memory (/dev/shm) used, on its own scale (size {size})",
+        "MiB",
+        yaxis_range=[0, top],
+    )
+    if total:
+        share = 100.0 * peak / total
+        note = (
+            f"The used line has a scale of its own: its peak, {_mib(peak):.1f} MiB, is "
+            f"{share:.2g}% of the {size} size, a flat line against it. " + note
+        )
+    return fig, note
 
 
 def _gpu_chart(go, t, gpus: list, stalls: list, line: dict):
@@ -737,6 +796,12 @@ h3 { font-size: 14px; margin: 14px 0 6px; }
 .fix { color: #1b5e20; }
 table.evidence td { padding: 1px 12px 1px 0; font-family: ui-monospace, Menlo, monospace;
                     font-size: 12.5px; }
+table.evidence td:first-child { white-space: nowrap; }
+table.evidence th { text-align: left; font-weight: 600; color: #555; font-size: 12px;
+                    padding: 6px 0 1px; }
+table.evidence td.differ { font-family: inherit; font-style: italic; color: #555;
+                           white-space: normal;
+                           padding-top: 6px; max-width: 60em; }
 table.loaders { border-collapse: collapse; }
 table.loaders th, table.loaders td { padding: 3px 12px; border-bottom: 1px solid #eee;
                                      text-align: right; }

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..report import loader_label
-from . import loader_table
+from . import evidence, loader_table
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -55,23 +55,27 @@ def format_evidence_value(value) -> str:
 
 def _finding_panel(f: dict) -> Panel:
     sev = f.get("severity", "info")
-    body = Text()
-    body.append("Diagnosis: ", style="bold")
-    body.append(f.get("title", "") + "\n")
-    evidence = f.get("evidence") or {}
-    if evidence:
-        body.append("Evidence:  ", style="bold")
-        body.append(
-            ", ".join(f"{k}={format_evidence_value(v)}" for k, v in evidence.items()) + "\n"
-        )
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("Diagnosis:", evidence.short_paths(f.get("title", "")))
+    ev = f.get("evidence") or {}
+    if ev:
+        rows = Table.grid(padding=(0, 1))
+        rows.add_column(style="dim", no_wrap=True)
+        rows.add_column(overflow="fold")
+        for group, entries in evidence.grouped(ev):
+            for i, line in enumerate(evidence.lines(entries)):
+                rows.add_row(group if i == 0 else "", line)
+        for line in evidence.differing_figures(ev):
+            rows.add_row("note", Text(line, style="italic"))
+        grid.add_row("Evidence:", rows)
     if f.get("fix"):
-        body.append("Fix:       ", style="bold green")
-        body.append(f["fix"] + "\n")
+        grid.add_row(Text("Fix:", style="bold green"), evidence.short_paths(f["fix"]))
     if f.get("why"):
-        body.append("Why:       ", style="bold")
-        body.append(f["why"])
+        grid.add_row("Why:", evidence.short_paths(f["why"]))
     title = f"[{STYLE.get(sev, '')}]{f['id']}[/] ({sev})"
-    return Panel(body, title=title, title_align="left", border_style=STYLE.get(sev, ""))
+    return Panel(grid, title=title, title_align="left", border_style=STYLE.get(sev, ""))
 
 
 def _loader_table(loaders: list[dict]) -> Table:

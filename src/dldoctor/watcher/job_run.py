@@ -150,7 +150,8 @@ class JobRun:
                 )
             terminal.print_report(report)
             if self.args.json:
-                _write_or_fallback(report.write_json, self.args.json, ".json", "JSON report")
+                path = _write_or_fallback(report.write_json, self.args.json, ".json", "JSON report")
+                print(f"dldoctor: JSON report written to {path}", file=sys.stderr)
             self._write_html_and_trace(watcher, report)
             return HANG_ABORT_EXIT if self.aborted else code
         finally:
@@ -236,7 +237,10 @@ class JobRun:
             print("dldoctor: still waiting (--on-hang report); Ctrl-C to stop", file=sys.stderr)
 
     def _wait(self, watcher) -> int:
+        from .. import _ext
+
         assert self.child is not None
+        recent_s = _ext.RECENT_WINDOW_S  # what the early notices look at
         start = time.monotonic()
         while True:
             try:
@@ -257,7 +261,8 @@ class JobRun:
                 top = watcher.newly_named()
                 if top is not None and not self.args.quiet:
                     print(
-                        f"dldoctor: [{time.monotonic() - start:.1f} s] {top['id']}: {top['title']}",
+                        f"dldoctor: [{top['seen_s']:.1f} s] {top['id']}: {top['title']} "
+                        f"(over the last {recent_s:g} s)",
                         file=sys.stderr,
                         flush=True,
                     )

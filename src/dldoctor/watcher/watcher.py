@@ -9,6 +9,7 @@ starts it, feeds it the rare side-log records, and turns its output into a Repor
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -163,7 +164,7 @@ class Watcher:
         self.notices.append(
             {"id": top["id"], "title": top["title"], "seen_s": t_s, "held_until_s": t_s}
         )
-        return top
+        return {**top, "seen_s": t_s}  # the time the notice line and the report both say
 
     def new_risks(self) -> list[dict]:
         """Warnings of a failure to come (/dev/shm, fds, GPU memory), each once, while the
@@ -208,9 +209,7 @@ class Watcher:
         )
         report.series = series_section(self.monitor.series())
         report.notices = resolve_notices(self.notices, report.findings)
-        for n in report.notices:
-            if not n["confirmed"]:
-                report.notes.append(notice_text(n))
+        report.notes.extend(notice_notes(report.notices, report.findings))
         report.settings_overridden = settings_overridden(self.side_records)
         for s in report.settings_overridden:
             report.notes.append(settings_note(s))
@@ -257,6 +256,51 @@ def resolve_notices(notices: list[dict], findings: list[dict]) -> list[dict]:
     or critical over the whole run."""
     loud = {f["id"] for f in findings if f.get("severity") in ("critical", "warning")}
     return [{**n, "confirmed": n["id"] in loud} for n in notices]
+
+
+def notice_notes(notices: list[dict], findings: list[dict]) -> list[str]:
+    """The report's words on the early notices: one it does not confirm (notice_text), and
+    one it confirms with other figures (notice_change_text): the notice measured the last
+    seconds before it, the report the whole run, and the user saw both."""
+    out = []
+    for n in notices:
+        if not n["confirmed"]:
+            out.append(notice_text(n))
+            continue
+        f = next((f for f in findings if f.get("id") == n["id"]), None)
+        if f is not None and f.get("title") and f["title"] != n["title"]:
+            out.append(notice_change_text(n, f["title"]))
+    return out
+
+
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_UNIT_WORDS = {"ms", "s", "%", "MiB", "GiB", "CPUs", "workers", "batches"}
+
+
+def notice_change_text(n: dict, title: str) -> str:
+    """A confirmed notice whose figures the whole run changed: "early notice slow_getitem at
+    7.3 s, over the 10 s before it: the loop wants 5 -> over the whole run: 7.4 (...)"."""
+    from .. import _ext
+
+    window = _ext.RECENT_WINDOW_S
+    head = (
+        f"early notice {n['id']} at {n['seen_s']} s measured the {window:g} s before it; "
+        "the report measures the whole run"
+    )
+    old_nums, new_nums = _NUMBER.findall(n["title"]), _NUMBER.findall(title)
+    same_words = _NUMBER.sub("#", n["title"]) == _NUMBER.sub("#", title)
+    if same_words and len(old_nums) == len(new_nums):
+        pieces = _NUMBER.split(title)
+        changes = []
+        for i, (a, b) in enumerate(zip(old_nums, new_nums)):
+            if a != b:
+                # The words before the figure, and its unit after it ("batches/s").
+                before = " ".join(w for w in pieces[i].rstrip().split(" ")[-3:] if w)
+                after = (pieces[i + 1].split() or [""])[0].rstrip(",;:)")
+                unit = f" {after}" if "/" in after or after in _UNIT_WORDS else ""
+                changes.append(f"{before.strip(',:;(')} {a} -> {b}{unit}".strip())
+        return head + ": " + "; ".join(changes)
+    return head + f': the notice said "{n["title"]}", the whole run "{title}"'
 
 
 def notice_text(n: dict) -> str:
