@@ -526,12 +526,29 @@ PyObject* next_failed(PyObject* it, IterState* st) {
   return nullptr;
 }
 
+/// The state of the watched iterator a _next_data hook was called on (`args[0]`, borrowed);
+/// nullptr: pass the call through.
+IterState* next_state(PyObject* const* args, size_t nargsf, PyObject* kw) {
+  return PyVectorcall_NARGS(nargsf) == 1 && kw == nullptr ? state_of(args[0]) : nullptr;
+}
+
+/// How both _next_data hooks end a hand-out of `data` at `now_ns`: they let go of the state
+/// they held, then read CUDA memory when due (a BaseException there: the batch is dropped).
+PyObject* handed_out(IterState* st, PyObject* data, int64_t now_ns) {
+  const int loader = st->loader_id;
+  Py_DECREF(st);
+  if (!maybe_cuda_memory(now_ns, loader)) {
+    Py_DECREF(data);
+    return nullptr;
+  }
+  return data;
+}
+
 PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
   auto* m = reinterpret_cast<HotMethod*>(self);
-  if (PyVectorcall_NARGS(nargsf) != 1 || kw != nullptr) return call_orig(m, args, nargsf, kw);
-  PyObject* it = args[0];
-  IterState* st = state_of(it);
+  IterState* st = next_state(args, nargsf, kw);
   if (st == nullptr) return call_orig(m, args, nargsf, kw);
+  PyObject* it = args[0];
   BatchContext& c = *g;
   trace::BatchSampler& handouts = *st->handouts;
   // An epoch's first hand-out is always measured (its wait is the workers' start-up); the
@@ -577,21 +594,14 @@ PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf,
   const int64_t coarse = coarse_now_ns();
   st->measure_next = handouts.decide(coarse);
   st->last_handout = st->measure_next ? now_ns() : coarse;
-  const int loader = st->loader_id;
-  Py_DECREF(st);
-  if (!maybe_cuda_memory(coarse, loader)) {
-    Py_DECREF(data);
-    return nullptr;
-  }
-  return data;
+  return handed_out(st, data, coarse);
 }
 
 PyObject* multi_next_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
   auto* m = reinterpret_cast<HotMethod*>(self);
-  if (PyVectorcall_NARGS(nargsf) != 1 || kw != nullptr) return call_orig(m, args, nargsf, kw);
-  PyObject* it = args[0];
-  IterState* st = state_of(it);
+  IterState* st = next_state(args, nargsf, kw);
   if (st == nullptr) return call_orig(m, args, nargsf, kw);
+  PyObject* it = args[0];
   BatchContext& c = *g;
   const int64_t t0 = now_ns();
   // The batch due next, and whether it arrived early and already waits (stashed in
@@ -650,13 +660,7 @@ PyObject* multi_next_call(PyObject* self, PyObject* const* args, size_t nargsf, 
               c.wait_hooked ? st->wait_ns : -1, last ? t0 - last : -1, pop_pin_ns(data));
   ++st->batches;
   st->last_handout = t1;
-  const int loader = st->loader_id;
-  Py_DECREF(st);
-  if (!maybe_cuda_memory(t1, loader)) {
-    Py_DECREF(data);
-    return nullptr;
-  }
-  return data;
+  return handed_out(st, data, t1);
 }
 
 PyObject* get_data_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
