@@ -3,7 +3,8 @@
 1. one event recorded from Python (`_ext.trace_emit`): <= 1 us;
 2. what the hooks add to one batch, timed directly in thread CPU time (worker side; whole
    single-process path), steady (a fast stream measured as a sample) and with every batch
-   measured (a loader under 2,000 batches/s);
+   measured (a loader under 2,000 batches/s); and the single-process `_next_data` hook alone
+   against torch's own, called directly (the one hook an unmeasured num_workers=0 batch pays);
 3. whole-loop throughput of a watched DataLoader against the same loop unwatched, measured
    alternately in one process (install()/uninstall() between rounds, fresh forked workers
    each round): >= 98% on a tiny-batch worst case (thousands of batches/s), >= 99.5% on a
@@ -130,6 +131,37 @@ def hook_cost_per_batch(ring, run_dir: str, rounds: int = 15) -> dict:
     return out
 
 
+def next_data_hook_cost(ring, run_dir: str, rounds: int = 60, calls: int = 5000) -> dict:
+    """The single-process `_next_data` hook alone, per call, in thread CPU time: torch's own
+    `_next_data` and the hook (which calls it) on the same watched iterator, past its first
+    rate window, alternated; (min, median) of the rounds. The minimum is the steadiest
+    figure on a shared machine (its neighbours only ever add). What this adds to one batch
+    is all a num_workers=0 loop pays per unmeasured batch: its fetch calls no hook."""
+    import torch.utils.data.dataloader as dl
+    from torch.utils.data import DataLoader
+
+    torch_hooks.install(ring.path, run_dir)
+    try:
+        hook = dl._SingleProcessDataLoaderIter.__dict__["_next_data"]
+        n = 20_000 + rounds * calls
+        it = iter(DataLoader(list(range(8 * n)), batch_size=8))
+        for _ in range(20_000):
+            next(it)
+        out: dict = {"torch's _next_data": [], "hooked _next_data": []}
+        for r in range(rounds):
+            for label in out if r % 2 == 0 else reversed(list(out)):
+                fn = hook.original if label.startswith("torch") else hook
+                t = time.thread_time_ns()
+                for _ in range(calls // 2):
+                    fn(it)
+                out[label].append((time.thread_time_ns() - t) / (calls // 2))
+            ring.drain()
+        return {k: (min(v), statistics.median(v)) for k, v in out.items()}
+    finally:
+        torch_hooks.uninstall()
+        ring.drain()
+
+
 def make_loader(kind: str, batches: int):
     import torch
     from torch.utils.data import DataLoader, Dataset
@@ -231,6 +263,14 @@ def main(argv=None) -> int:
         for label, (plain, hooked) in hook_cost_per_batch(ring, run_dir).items():
             print(f"  {label:70s} {plain:7.0f} ns -> {hooked:7.0f} ns  (+{hooked - plain:.0f} ns)")
         ring.drain()
+        print("== the single-process _next_data hook alone, thread CPU time per call")
+        costs = next_data_hook_cost(ring, run_dir)
+        base_min, base_med = costs["torch's _next_data"]
+        for label, (lo, med) in costs.items():
+            print(
+                f"  {label:22s} min {lo:6.0f} ns (+{lo - base_min:4.0f})  "
+                f"median {med:6.0f} ns (+{med - base_med:4.0f})"
+            )
         if args.skip_loops:
             return 0
         print(f"== whole loop, watched / unwatched, {args.rounds} alternating rounds")

@@ -1,7 +1,8 @@
 // The per-batch hooks without a Python frame. Callables that stand in for torch's
 // `_MapDatasetFetcher.fetch` / `_IterableDatasetFetcher.fetch`, a worker's index-queue `get`
 // and the iterators' `_next_data` / `_get_data` (and, for a measured fetch only, the
-// fetcher's `collate_fn`): each calls the original with the same arguments (vectorcall, no
+// fetcher's `collate_fn`; a single-process iterator's fetch only when its hand-out is
+// measured): each calls the original with the same arguments (vectorcall, no
 // tuple), times it and writes the batch's event straight into the ring. What is rare (an exception,
 // a profiled fetch, a slow batch, a batch's bytes, CUDA memory) calls back into dldoctor.job.
 //
@@ -16,6 +17,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <iterator>
 #include <new>
 #include <string>
@@ -139,6 +141,10 @@ struct IterState {
   /// loader with workers never are, the hang doctor needs each one).
   trace::BatchSampler* handouts;
   char measure_next;  ///< the next hand-out is measured (decided at this one)
+  /// Single-process: the class its fetcher runs as between measured hand-outs, a subclass
+  /// of the hooked fetcher class whose `fetch` is torch's own (dldoctor.job.main sets it);
+  /// None: the fetcher keeps its class and every fetch passes through fetch_call.
+  PyObject* plain_fetcher;
 };
 
 constexpr char kSkipFetch = 1;
@@ -169,6 +175,8 @@ PyTypeObject* g_hot_type = nullptr;
 PyTypeObject* g_iter_type = nullptr;
 BatchContext* g = nullptr;
 PyObject* g_str_collate_fn = nullptr;
+PyObject* g_str_class = nullptr;
+PyObject* g_str_dataset_fetcher = nullptr;
 PyObject* g_str_rcvd_idx = nullptr;
 PyObject* g_str_task_info = nullptr;
 PyObject* g_str_get = nullptr;
@@ -334,6 +342,43 @@ struct CollateSwap {
   }
 };
 
+/// A single-process iterator's fetcher runs as its plain class (IterState.plain_fetcher,
+/// whose `fetch` is torch's own): an unmeasured hand-out's fetch is then a Python-to-Python
+/// call from `_next_data`, no hook. A measured hand-out runs it as the hooked class (the
+/// plain one's base) for that one call, so fetch_call times it. `__class__` is assigned the
+/// checked way (the interpreter keeps the instance's attributes right across it).
+struct FetcherSwap {
+  PyObject* fetcher = nullptr;
+  PyObject* plain = nullptr;  ///< borrowed (the IterState holds it): put back by restore()
+
+  void install(PyObject* it, PyObject* plain_type) {
+    if (plain_type == nullptr || !PyType_Check(plain_type)) return;
+    PyObject* f = PyObject_GetAttr(it, g_str_dataset_fetcher);
+    if (f == nullptr) {
+      PyErr_Clear();
+      return;
+    }
+    auto* base = reinterpret_cast<PyObject*>(reinterpret_cast<PyTypeObject*>(plain_type)->tp_base);
+    if (reinterpret_cast<PyObject*>(Py_TYPE(f)) != plain_type || base == nullptr ||
+        PyObject_SetAttr(f, g_str_class, base) < 0) {
+      PyErr_Clear();
+      Py_DECREF(f);
+      return;
+    }
+    fetcher = f;
+    plain = plain_type;
+  }
+  /// May be called with an exception pending: it stays pending.
+  void restore() {
+    if (fetcher == nullptr) return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyObject_SetAttr(fetcher, g_str_class, plain) < 0) PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    Py_CLEAR(fetcher);
+  }
+};
+
 PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
   auto* m = reinterpret_cast<HotMethod*>(self);
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -349,8 +394,10 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
     Py_XDECREF(r);
     if (!settle_callback_error()) return nullptr;
   }
-  // A single-process fetch is measured when its hand-out is (the others pass through here
-  // unmeasured and unprofiled).
+  // A single-process fetch is measured when its hand-out is. The others do not come here
+  // when the fetcher runs as its plain class (FetcherSwap: their slow fetches go unseen,
+  // which no rule of a loader without workers asks for, straggler_worker needs two), else
+  // they pass through unmeasured and unprofiled.
   const bool single = c.single_decision != 0;
   PyObject* profiler = nullptr;
   if ((!single || c.single_decision == kMeasureFetch) &&
@@ -479,12 +526,29 @@ PyObject* next_failed(PyObject* it, IterState* st) {
   return nullptr;
 }
 
+/// The state of the watched iterator a _next_data hook was called on (`args[0]`, borrowed);
+/// nullptr: pass the call through.
+IterState* next_state(PyObject* const* args, size_t nargsf, PyObject* kw) {
+  return PyVectorcall_NARGS(nargsf) == 1 && kw == nullptr ? state_of(args[0]) : nullptr;
+}
+
+/// How both _next_data hooks end a hand-out of `data` at `now_ns`: they let go of the state
+/// they held, then read CUDA memory when due (a BaseException there: the batch is dropped).
+PyObject* handed_out(IterState* st, PyObject* data, int64_t now_ns) {
+  const int loader = st->loader_id;
+  Py_DECREF(st);
+  if (!maybe_cuda_memory(now_ns, loader)) {
+    Py_DECREF(data);
+    return nullptr;
+  }
+  return data;
+}
+
 PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
   auto* m = reinterpret_cast<HotMethod*>(self);
-  if (PyVectorcall_NARGS(nargsf) != 1 || kw != nullptr) return call_orig(m, args, nargsf, kw);
-  PyObject* it = args[0];
-  IterState* st = state_of(it);
+  IterState* st = next_state(args, nargsf, kw);
   if (st == nullptr) return call_orig(m, args, nargsf, kw);
+  PyObject* it = args[0];
   BatchContext& c = *g;
   trace::BatchSampler& handouts = *st->handouts;
   // An epoch's first hand-out is always measured (its wait is the workers' start-up); the
@@ -504,7 +568,10 @@ PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf,
   c.single_decision = measure ? kMeasureFetch : kSkipFetch;
   c.single_weight = first ? 1 : handouts.unmeasured() + 1;
   Py_INCREF(st);  // the iterator may drop its state while the fetch runs
+  FetcherSwap swap;
+  if (measure) swap.install(it, st->plain_fetcher);
   PyObject* data = call_orig(m, args, nargsf, kw);
+  swap.restore();
   c.loader = saved_loader;
   c.worker = saved_worker;
   c.index = saved_index;
@@ -527,21 +594,14 @@ PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf,
   const int64_t coarse = coarse_now_ns();
   st->measure_next = handouts.decide(coarse);
   st->last_handout = st->measure_next ? now_ns() : coarse;
-  const int loader = st->loader_id;
-  Py_DECREF(st);
-  if (!maybe_cuda_memory(coarse, loader)) {
-    Py_DECREF(data);
-    return nullptr;
-  }
-  return data;
+  return handed_out(st, data, coarse);
 }
 
 PyObject* multi_next_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
   auto* m = reinterpret_cast<HotMethod*>(self);
-  if (PyVectorcall_NARGS(nargsf) != 1 || kw != nullptr) return call_orig(m, args, nargsf, kw);
-  PyObject* it = args[0];
-  IterState* st = state_of(it);
+  IterState* st = next_state(args, nargsf, kw);
   if (st == nullptr) return call_orig(m, args, nargsf, kw);
+  PyObject* it = args[0];
   BatchContext& c = *g;
   const int64_t t0 = now_ns();
   // The batch due next, and whether it arrived early and already waits (stashed in
@@ -600,13 +660,7 @@ PyObject* multi_next_call(PyObject* self, PyObject* const* args, size_t nargsf, 
               c.wait_hooked ? st->wait_ns : -1, last ? t0 - last : -1, pop_pin_ns(data));
   ++st->batches;
   st->last_handout = t1;
-  const int loader = st->loader_id;
-  Py_DECREF(st);
-  if (!maybe_cuda_memory(t1, loader)) {
-    Py_DECREF(data);
-    return nullptr;
-  }
-  return data;
+  return handed_out(st, data, t1);
 }
 
 PyObject* get_data_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
@@ -648,6 +702,36 @@ PyObject* get_data_call(PyObject* self, PyObject* const* args, size_t nargsf, Py
   return r;
 }
 
+// -- The types' references ----------------------------------------------------------------------
+inline void clear_ref(PyObject*& ref) { Py_CLEAR(ref); }
+
+/// The GC slots of a type of ours from the object references it holds (`Refs`): traverse
+/// visits its type and each, clear drops each, dealloc clears, lets `Release` free what
+/// else the object owns, and frees it.
+template <class T, PyObject* T::*... Refs>
+struct GcRefs {
+  static int traverse(PyObject* self, visitproc visit, void* arg) {
+    Py_VISIT(Py_TYPE(self));
+    T* o = reinterpret_cast<T*>(self);
+    for (PyObject* ref : {o->*Refs...}) Py_VISIT(ref);
+    return 0;
+  }
+  static int clear(PyObject* self) {
+    T* o = reinterpret_cast<T*>(self);
+    (clear_ref(o->*Refs), ...);
+    return 0;
+  }
+  template <void (*Release)(T*) = nullptr>
+  static void dealloc(PyObject* self) {
+    PyTypeObject* tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    clear(self);
+    if constexpr (Release != nullptr) Release(reinterpret_cast<T*>(self));
+    tp->tp_free(self);
+    Py_DECREF(tp);
+  }
+};
+
 // -- The HotMethod type --------------------------------------------------------------------------
 constexpr vectorcallfunc kCalls[] = {fetch_call,       collate_call,    index_get_call,
                                      single_next_call, multi_next_call, get_data_call};
@@ -666,29 +750,7 @@ PyObject* new_hot(Role role, PyObject* orig) {
   return reinterpret_cast<PyObject*>(m);
 }
 
-int hot_traverse(PyObject* self, visitproc visit, void* arg) {
-  auto* m = reinterpret_cast<HotMethod*>(self);
-  Py_VISIT(Py_TYPE(self));
-  Py_VISIT(m->orig);
-  Py_VISIT(m->dict);
-  return 0;
-}
-
-int hot_clear(PyObject* self) {
-  auto* m = reinterpret_cast<HotMethod*>(self);
-  Py_CLEAR(m->orig);
-  Py_CLEAR(m->dict);
-  Py_CLEAR(m->role_name);
-  return 0;
-}
-
-void hot_dealloc(PyObject* self) {
-  PyTypeObject* tp = Py_TYPE(self);
-  PyObject_GC_UnTrack(self);
-  hot_clear(self);
-  PyObject_GC_Del(self);
-  Py_DECREF(tp);
-}
+using HotRefs = GcRefs<HotMethod, &HotMethod::orig, &HotMethod::dict, &HotMethod::role_name>;
 
 PyObject* hot_descr_get(PyObject* self, PyObject* obj, PyObject*) {
   if (obj == nullptr || obj == Py_None) {
@@ -720,9 +782,9 @@ PyMemberDef hot_members[] = {
 };
 
 PyType_Slot hot_slots[] = {
-    {Py_tp_dealloc, reinterpret_cast<void*>(hot_dealloc)},
-    {Py_tp_traverse, reinterpret_cast<void*>(hot_traverse)},
-    {Py_tp_clear, reinterpret_cast<void*>(hot_clear)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(HotRefs::dealloc<>)},
+    {Py_tp_traverse, reinterpret_cast<void*>(HotRefs::traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(HotRefs::clear)},
     {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
     {Py_tp_descr_get, reinterpret_cast<void*>(hot_descr_get)},
     {Py_tp_repr, reinterpret_cast<void*>(hot_repr)},
@@ -766,32 +828,14 @@ PyObject* iter_new(PyTypeObject* tp, PyObject* args, PyObject* kwds) {
   return reinterpret_cast<PyObject*>(st);
 }
 
-int iter_traverse(PyObject* self, visitproc visit, void* arg) {
-  auto* st = reinterpret_cast<IterState*>(self);
-  Py_VISIT(Py_TYPE(self));
-  Py_VISIT(st->died);
-  Py_VISIT(st->ref);
-  return 0;
-}
+using IterRefs =
+    GcRefs<IterState, &IterState::died, &IterState::ref, &IterState::plain_fetcher>;
 
-int iter_clear(PyObject* self) {
-  auto* st = reinterpret_cast<IterState*>(self);
-  Py_CLEAR(st->died);
-  Py_CLEAR(st->ref);
-  return 0;
-}
-
-void iter_dealloc(PyObject* self) {
-  PyTypeObject* tp = Py_TYPE(self);
-  PyObject_GC_UnTrack(self);
-  iter_clear(self);
-  auto* st = reinterpret_cast<IterState*>(self);
+void iter_release(IterState* st) {
   delete st->stream;
   delete st->handouts;
   st->stream = nullptr;
   st->handouts = nullptr;
-  tp->tp_free(self);
-  Py_DECREF(tp);
 }
 
 PyObject* iter_take_unmeasured(PyObject* self, PyObject*) {
@@ -827,14 +871,16 @@ PyMemberDef iter_members[] = {
     {"got_worker", T_INT, offsetof(IterState, got_worker), 0, nullptr},
     {"died", T_OBJECT_EX, offsetof(IterState, died), 0, "worker ids reported dead"},
     {"ref", T_OBJECT_EX, offsetof(IterState, ref), 0, "weakref to the iterator"},
+    {"plain_fetcher", T_OBJECT, offsetof(IterState, plain_fetcher), 0,
+     "single-process: the class its fetcher runs as when a hand-out is not measured"},
     {nullptr, 0, 0, 0, nullptr},
 };
 
 PyType_Slot iter_slots[] = {
     {Py_tp_new, reinterpret_cast<void*>(iter_new)},
-    {Py_tp_dealloc, reinterpret_cast<void*>(iter_dealloc)},
-    {Py_tp_traverse, reinterpret_cast<void*>(iter_traverse)},
-    {Py_tp_clear, reinterpret_cast<void*>(iter_clear)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(IterRefs::dealloc<iter_release>)},
+    {Py_tp_traverse, reinterpret_cast<void*>(IterRefs::traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(IterRefs::clear)},
     {Py_tp_members, iter_members},
     {Py_tp_methods, iter_methods},
     {Py_tp_doc, const_cast<char*>("IterState(loader_id, multiprocess): a main-process "
@@ -1003,6 +1049,8 @@ void register_batch_hooks(nb::module_& m) {
   g_iter_type = reinterpret_cast<PyTypeObject*>(make_type(&iter_spec));
   auto* ctx_type = reinterpret_cast<PyTypeObject*>(make_type(&ctx_spec));
   g_str_collate_fn = PyUnicode_InternFromString("collate_fn");
+  g_str_class = PyUnicode_InternFromString("__class__");
+  g_str_dataset_fetcher = PyUnicode_InternFromString("_dataset_fetcher");
   g_str_rcvd_idx = PyUnicode_InternFromString("_rcvd_idx");
   g_str_task_info = PyUnicode_InternFromString("_task_info");
   g_str_get = PyUnicode_InternFromString("get");

@@ -26,112 +26,101 @@ nb::list float_list(const std::vector<float>& v) {
 }
 }  // namespace
 
+/// What a series and a live sample write alike. `value` turns one of their figures into
+/// Python: a series holds a list per figure (one value an interval), a live sample one number.
+template <class Loader, class Value>
+nb::dict loader_dict(const Loader& l, Value value) {
+  nb::dict x;
+  x["loader"] = int(l.loader);
+  x["batches"] = l.batches;
+  x["batches_per_s"] = value(l.batches_per_s);
+  x["data_stall_pct"] = value(l.data_stall_pct);
+  return x;
+}
+
+template <class Process, class Value>
+nb::dict process_dict(const Process& p, Value value) {
+  nb::dict x;
+  x["role"] = p.role;
+  x["loader"] = p.loader >= 0 ? nb::cast(p.loader) : nb::none();
+  x["worker"] = p.worker >= 0 ? nb::cast(p.worker) : nb::none();
+  x["batches"] = p.batches;
+  x["cpu_pct"] = value(p.cpu_pct);
+  x["runq_delay_pct"] = value(p.runq_delay_pct);
+  x["getitem_ms"] = value(p.getitem_ms);
+  return x;
+}
+
+template <class Machine, class Value>
+nb::dict machine_dict(const Machine& m, Value value) {
+  nb::dict x;
+  x["cpu_busy_pct"] = value(m.cpu_busy_pct);
+  x["shm_used_bytes"] = value(m.shm_used_bytes);
+  x["mem_available_bytes"] = value(m.mem_available_bytes);
+  x["shm_total_bytes"] = opt(m.shm_total_bytes);
+  return x;
+}
+
+template <class Gpu, class Value>
+nb::dict gpu_dict(const Gpu& g, Value value) {
+  nb::dict x;
+  x["index"] = g.index;
+  x["job"] = g.job;
+  x["utilization_pct"] = value(g.utilization_pct);
+  x["memory_used_bytes"] = value(g.memory_used_bytes);
+  x["job_memory_bytes"] = value(g.job_memory_bytes);
+  x["memory_total_bytes"] = opt(g.memory_total_bytes);
+  return x;
+}
+
 nb::dict series_to_dict(const monitor::SeriesData& d) {
+  const auto value = [](const std::vector<std::optional<double>>& v) { return opt_list(v); };
   nb::dict out;
   out["t0_ns"] = d.t0_ns;
   out["interval_s"] = double(d.width_ns) / 1e9;
   nb::list t;
   for (double x : d.t_s) t.append(x);
   out["t_s"] = t;
-  nb::list loaders;
-  for (const auto& l : d.loaders) {
-    nb::dict x;
-    x["loader"] = int(l.loader);
-    x["batches"] = l.batches;
-    x["batches_per_s"] = opt_list(l.batches_per_s);
-    x["data_stall_pct"] = opt_list(l.data_stall_pct);
-    loaders.append(x);
-  }
-  out["loaders"] = loaders;
-  nb::list procs;
-  for (const auto& p : d.processes) {
-    nb::dict x;
-    x["role"] = p.role;
-    x["loader"] = p.loader >= 0 ? nb::cast(p.loader) : nb::none();
-    x["worker"] = p.worker >= 0 ? nb::cast(p.worker) : nb::none();
+  out["loaders"] = list_of(d.loaders, [&](const auto& l) { return loader_dict(l, value); });
+  out["processes"] = list_of(d.processes, [&](const monitor::ProcessSeries& p) {
+    nb::dict x = process_dict(p, value);
     nb::list pids;
     for (int pid : p.pids) pids.append(pid);
     x["pids"] = pids;
-    x["batches"] = p.batches;
-    x["cpu_pct"] = opt_list(p.cpu_pct);
-    x["runq_delay_pct"] = opt_list(p.runq_delay_pct);
-    x["getitem_ms"] = opt_list(p.getitem_ms);
     x["collate_ms"] = opt_list(p.collate_ms);
     x["state"] = p.state;
     x["getitem_ms_sample"] = float_list(p.getitem_ms_sample);
     x["collate_ms_sample"] = float_list(p.collate_ms_sample);
-    procs.append(x);
-  }
-  out["processes"] = procs;
-  nb::dict m;
-  m["cpu_busy_pct"] = opt_list(d.machine.cpu_busy_pct);
-  m["shm_used_bytes"] = opt_list(d.machine.shm_used_bytes);
-  m["mem_available_bytes"] = opt_list(d.machine.mem_available_bytes);
-  m["read_mb_per_s"] = opt_list(d.machine.read_mb_per_s);
-  m["rchar_mb_per_s"] = opt_list(d.machine.rchar_mb_per_s);
-  m["shm_total_bytes"] = opt(d.machine.shm_total_bytes);
-  out["machine"] = m;
-  out["processes_cut"] = d.processes_cut;
-  out["gpus"] = list_of(d.gpus, [](const monitor::GpuSeries& g) {
-    nb::dict x;
-    x["index"] = g.index;
-    x["job"] = g.job;
-    x["utilization_pct"] = opt_list(g.utilization_pct);
-    x["memory_used_bytes"] = opt_list(g.memory_used_bytes);
-    x["job_memory_bytes"] = opt_list(g.job_memory_bytes);
-    x["memory_total_bytes"] = opt(g.memory_total_bytes);
     return x;
   });
+  nb::dict m = machine_dict(d.machine, value);
+  m["read_mb_per_s"] = opt_list(d.machine.read_mb_per_s);
+  m["rchar_mb_per_s"] = opt_list(d.machine.rchar_mb_per_s);
+  out["machine"] = m;
+  out["processes_cut"] = d.processes_cut;
+  out["gpus"] = list_of(d.gpus, [&](const auto& g) { return gpu_dict(g, value); });
   out["gpu_not_measured"] = d.gpu_not_measured;
   return out;
 }
 
 nb::dict live_to_dict(const monitor::LiveData& d) {
+  const auto value = [](const auto& v) { return opt(v); };
   nb::dict out;
   out["t_ns"] = d.t_ns;
   out["window_s"] = d.window_s;
-  nb::list loaders;
-  for (const auto& l : d.loaders) {
-    nb::dict x;
-    x["loader"] = int(l.loader);
+  out["loaders"] = list_of(d.loaders, [&](const monitor::LiveData::Loader& l) {
+    nb::dict x = loader_dict(l, value);
     x["num_workers"] = l.num_workers;
-    x["batches"] = l.batches;
-    x["batches_per_s"] = opt(l.batches_per_s);
-    x["data_stall_pct"] = opt(l.data_stall_pct);
-    loaders.append(x);
-  }
-  out["loaders"] = loaders;
-  nb::list procs;
-  for (const auto& p : d.processes) {
-    nb::dict x;
-    x["role"] = p.role;
-    x["loader"] = p.loader >= 0 ? nb::cast(p.loader) : nb::none();
-    x["worker"] = p.worker >= 0 ? nb::cast(p.worker) : nb::none();
-    x["pid"] = p.pid;
-    x["state"] = std::string(1, p.state);
-    x["cpu_pct"] = opt(p.cpu_pct);
-    x["runq_delay_pct"] = opt(p.runq_delay_pct);
-    x["getitem_ms"] = opt(p.getitem_ms);
-    x["batches"] = p.batches;
-    procs.append(x);
-  }
-  out["processes"] = procs;
-  nb::dict m;
-  m["cpu_busy_pct"] = opt(d.cpu_busy_pct);
-  m["shm_used_bytes"] = opt(d.shm_used_bytes);
-  m["shm_total_bytes"] = opt(d.shm_total_bytes);
-  m["mem_available_bytes"] = opt(d.mem_available_bytes);
-  out["machine"] = m;
-  out["gpus"] = list_of(d.gpus, [](const monitor::LiveData::Gpu& g) {
-    nb::dict x;
-    x["index"] = g.index;
-    x["job"] = g.job;
-    x["utilization_pct"] = opt(g.utilization_pct);
-    x["memory_used_bytes"] = opt(g.memory_used_bytes);
-    x["memory_total_bytes"] = opt(g.memory_total_bytes);
-    x["job_memory_bytes"] = opt(g.job_memory_bytes);
     return x;
   });
+  out["processes"] = list_of(d.processes, [&](const monitor::LiveData::Process& p) {
+    nb::dict x = process_dict(p, value);
+    x["pid"] = p.pid;
+    x["state"] = std::string(1, p.state);
+    return x;
+  });
+  out["machine"] = machine_dict(d, value);
+  out["gpus"] = list_of(d.gpus, [&](const auto& g) { return gpu_dict(g, value); });
   out["gpu_not_measured"] = d.gpu_not_measured;
   return out;
 }

@@ -268,6 +268,11 @@ def batch_samples(indices) -> list[int] | None:
         return None
 
 
+def batch_note(kind: str, loader: int, worker: int, idx: int, indices, **fields) -> None:
+    """A side-log record about one fetch: whose batch it was and its first samples."""
+    note(kind, loader=loader, worker=worker, index=idx, samples=batch_samples(indices), **fields)
+
+
 def on_fetch_error(
     e: BaseException, loader: int, worker: int, idx: int, t0: int, indices=None
 ) -> None:
@@ -290,13 +295,13 @@ def on_fetch_error(
         except Exception:
             message = "<unprintable>"
         text = "".join(traceback.format_exception(type(e), e, tb))
-        note(
+        batch_note(
             "worker_exception",
-            loader=loader,
-            worker=worker,
+            loader,
+            worker,
+            idx,
+            indices,
             epoch=CTX.epoch,
-            index=idx,
-            samples=batch_samples(indices),
             exc_type=f"{type(e).__module__}.{type(e).__qualname__}",
             message=message[:4000],
             traceback=text[-16000:],
@@ -307,13 +312,4 @@ def on_fetch_error(
 
 def on_slow_fetch(loader: int, worker: int, idx: int, fetch_ns: int, mean_ns: int, indices):
     """A fetch took far longer than this stream's mean: name its samples (straggler_worker)."""
-    samples = batch_samples(indices)
-    note(
-        "slow_batch",
-        loader=loader,
-        worker=worker,
-        index=idx,
-        fetch_ns=fetch_ns,
-        mean_ns=mean_ns,
-        samples=samples,
-    )
+    batch_note("slow_batch", loader, worker, idx, indices, fetch_ns=fetch_ns, mean_ns=mean_ns)

@@ -1,7 +1,6 @@
 // collate_fn runs once per batch in the worker: shortening it shortens every batch.
 #include "dldoctor_core/analyze/rules/slow_collate.hpp"
 
-#include "dldoctor_core/analyze/rules/too_many_workers.hpp"
 
 namespace dldoctor::analyze::slow_collate {
 
@@ -22,14 +21,8 @@ std::string cheaper_collate_advice(bool custom_collate) {
 }  // namespace
 
 std::vector<Evidence> detect(const JobView& job) {
-  const auto over = oversubscription(job);
   std::vector<Evidence> out;
-  for (CpuBoundFetch& c : cpu_bound_fetches(job, over && over->proven)) {
-    if (!c.collate_share || *c.collate_share < kCollateShare) continue;  // slow_getitem's
-    const double share = *c.collate_share;
-    const double score = c.figures.data_stall_fraction * share;
-    out.push_back({{c.severity(), report::Tier::kMeasure, score}, std::move(c), share});
-  }
+  for (slow_getitem::Side& s : slow_getitem::split(job, true)) out.push_back({std::move(s)});
   return out;
 }
 
@@ -40,13 +33,12 @@ report::Finding finding(const Evidence& e) {
   const double stall = x.data_stall_fraction;
   const double share = e.collate_share;
 
-  report::Finding f = report::make_finding("slow_collate", x.loader, e.rank);
-  f.title = "Loader " + std::to_string(x.loader) + ": collate_fn takes " + num(share * 100) +
-            "% of each fetch and the workers cannot keep up (" +
-            (c ? num(c->capacity_bps) + " batches/s, the loop wants " + num(c->demand_bps)
-               : supply_text(x)) +
-            ")";
-  add_fetch_evidence(f, x);
+  report::Finding f = slow_getitem::head(
+      "slow_collate", e,
+      "collate_fn takes " + num(share * 100) + "% of each fetch and the workers cannot keep up (" +
+          (c ? num(c->capacity_bps) + " batches/s, the loop wants " + num(c->demand_bps)
+             : supply_text(x)) +
+          ")");
   f.add("collate_share", share);
 
   if (auto n = e.fetch.recommended_workers()) {

@@ -6,14 +6,11 @@
 #include <vector>
 
 #include "dldoctor_core/analyze/capacity.hpp"
+#include "dldoctor_core/analyze/rules/slow_getitem.hpp"
 
 namespace dldoctor::analyze::slow_collate {
 
-struct Evidence {
-  report::Rank rank;
-  CpuBoundFetch fetch;
-  double collate_share = 0;
-};
+struct Evidence : slow_getitem::Side {};
 /// One per loader whose CPU-bound fetch is mostly collate_fn.
 std::vector<Evidence> detect(const JobView& job);
 report::Finding finding(const Evidence& e);

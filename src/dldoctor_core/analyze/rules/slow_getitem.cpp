@@ -22,28 +22,37 @@ std::string cheaper_getitem_advice(const std::vector<HotFunction>& hot) {
 
 }  // namespace
 
-std::vector<Evidence> detect(const JobView& job) {
+std::vector<Side> split(const JobView& job, bool collate) {
   const auto over = oversubscription(job);
-  std::vector<Evidence> out;
+  std::vector<Side> out;
   for (CpuBoundFetch& c : cpu_bound_fetches(job, over && over->proven)) {
-    const double collate = c.collate_share.value_or(0);
-    if (collate >= kCollateShare) continue;  // slow_collate's
-    const double score = c.figures.data_stall_fraction * (1.0 - collate);
-    out.push_back({{c.severity(), report::Tier::kMeasure, score}, std::move(c), collate});
+    const double share = c.collate_share.value_or(0);
+    if ((share >= kCollateShare) != collate) continue;  // the other rule's
+    const double score = c.figures.data_stall_fraction * (collate ? share : 1.0 - share);
+    out.push_back({{c.severity(), report::Tier::kMeasure, score}, std::move(c), share});
   }
+  return out;
+}
+
+report::Finding head(const char* id, const Side& e, const std::string& title_tail) {
+  const FetchFigures& x = e.fetch.figures;
+  report::Finding f = report::make_finding(id, x.loader, e.rank);
+  f.title = "Loader " + std::to_string(x.loader) + ": " + title_tail;
+  add_fetch_evidence(f, x);
+  return f;
+}
+
+std::vector<Evidence> detect(const JobView& job) {
+  std::vector<Evidence> out;
+  for (Side& s : split(job, false)) out.push_back({std::move(s)});
   return out;
 }
 
 report::Finding finding(const Evidence& e) {
   const FetchFigures& x = e.fetch.figures;
-  const std::optional<FetchCapacity>& c = x.shortfall.capacity;
   const std::optional<double>& busy = x.shortfall.busy;
-  const double stall = x.data_stall_fraction;
-
-  report::Finding f = report::make_finding("slow_getitem", x.loader, e.rank);
-  f.title = "Loader " + std::to_string(x.loader) + ": __getitem__ is too slow for the loop (" +
-            supply_text(x) + ")";
-  add_fetch_evidence(f, x);
+  report::Finding f =
+      head("slow_getitem", e, "__getitem__ is too slow for the loop (" + supply_text(x) + ")");
   if (!e.fetch.hot_functions.empty())
     f.add("hot_functions", hot_functions_text(e.fetch.hot_functions));
 
@@ -61,13 +70,14 @@ report::Finding finding(const Evidence& e) {
   } else {
     f.fix = no_cpu_for_more_workers(x) + cheaper_getitem_advice(e.fetch.hot_functions);
   }
-  f.why = "The main process waits " + num(stall * 100) +
+  f.why = "The main process waits " + num(x.data_stall_fraction * 100) +
           "% of the loop for batches while the workers " +
           (busy ? "are busy on a CPU (running or queued for one) for " + num(*busy * 100) +
                       "% of each fetch"
                 : std::string("fetch without a break (their CPU time was not measured)")) +
-          (c ? std::string() : " and are almost never idle waiting for an index") + ", " +
-          num((1.0 - e.collate_share) * 100) +
+          (x.shortfall.capacity ? std::string()
+                                : std::string(" and are almost never idle waiting for an index")) +
+          ", " + num((1.0 - e.collate_share) * 100) +
           "% of it in __getitem__: the loader is limited by the CPU cost of preparing "
           "samples, so it speeds up only with more CPUs working on it or less work per "
           "sample.";
