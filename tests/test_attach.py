@@ -30,6 +30,7 @@ class Attached:
     returncode: int
     stderr: str
     report: dict | None
+    stdout: str = ""
 
     def ids(self) -> list[str]:
         return [f["id"] for f in (self.report or {}).get("findings", [])]
@@ -128,7 +129,7 @@ def attach(pid: int, tmp_path, *extra: str, prefix=(), seconds: str = WINDOW_S) 
     if os.path.exists(out):
         with open(out) as f:
             report = json.load(f)
-    return Attached(r.returncode, r.stderr, report)
+    return Attached(r.returncode, r.stderr, report, r.stdout)
 
 
 def no_traceback(r: Attached) -> None:
@@ -205,6 +206,9 @@ def test_slow_getitem_with_the_hot_frame(tmp_path):
     loader = r.report["loaders"][0]
     assert loader["batches_per_s"] is None and loader["batch_size"] is None, loader
     assert any("unknown" in n for n in r.report["notes"]), r.report["notes"]
+    # The report on stdout (`> out.txt` keeps it), the notices on stderr.
+    assert "dldoctor verdict: slow_getitem" in r.stdout, r.stdout
+    assert "dldoctor verdict" not in r.stderr and "attached to pid" in r.stderr, r.stderr
 
 
 def test_slow_getitem_healthy_twin_is_quiet(tmp_path):

@@ -18,7 +18,7 @@ _GROUP_PATTERNS = [
         "fetch",
         r"^(getitem|collate|fetch|stack|hot_|top_|slow_sample|samples_in_batch|"
         r"per_sample|user_frame|frame$|raised_at|exception$|message$|times_raised|dataset_length|"
-        r"samples_per_worker|samples$|first_batch_latency|batch_ms_per_worker|slow_worker)",
+        r"samples_per_worker|samples$|samples_read$|first_batch_latency|batch_ms_per_worker|slow_worker)",
     ),
     (
         "loop",
@@ -40,7 +40,7 @@ _GROUP_PATTERNS = [
         r"batch_bytes|headroom|budget_bytes|fixed_bytes|allocated|reserved|peak_allocated|"
         r"tried_to_allocate|gpu_total|gpu_free|largest_batch|fits_today|memory_pressure|"
         r"machine_oom|python_object|projected_growth|workers_growing|pickled|batches_in_flight|"
-        r"sharing_strategy|batch_sizes_measured)",
+        r"sharing_strategy|batch_sizes_measured|rank_in_flight|rss_per_rank)",
     ),
     (
         "machine",
@@ -51,7 +51,7 @@ _GROUP_PATTERNS = [
         "process",
         r"^(worker$|pid$|worker_pid|process_pid|state$|wchan|syscall|stage$|where$|"
         r"stuck_workers|dead_workers|deaths|exit_|signal|reason$|cause$|failure|error|stderr_tail|"
-        r"main_thread|busy$)",
+        r"main_thread|busy$|process_rank$)",
     ),
 ]
 _GROUP_RES = [(g, re.compile(p)) for g, p in _GROUP_PATTERNS]

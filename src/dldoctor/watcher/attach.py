@@ -79,7 +79,8 @@ class AttachRun:
         if not self.refused and session.stuck_loaders():
             hang = self._capture(job, session)
         report = self._report(job, session, taken, hang)
-        terminal.print_report(report)
+        # The report to stdout (the job is not ours: its output is elsewhere); notices stderr.
+        terminal.print_report(report, file=sys.stdout)
         if self.args is not None and getattr(self.args, "json", None):
             report.write_json(self.args.json)
         if self.args is not None and getattr(self.args, "html", None):

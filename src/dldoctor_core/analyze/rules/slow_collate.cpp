@@ -6,6 +6,9 @@ namespace dldoctor::analyze::slow_collate {
 
 namespace {
 
+/// The id this file's findings carry.
+constexpr char kId[] = "slow_collate";
+
 std::string cheaper_collate_advice(bool custom_collate) {
   std::string s =
       "make collate_fn cheaper: move per-sample work (decoding, augmenting, padding, "
@@ -34,7 +37,7 @@ report::Finding finding(const Evidence& e) {
   const double share = e.collate_share;
 
   report::Finding f = slow_getitem::head(
-      "slow_collate", e,
+      kId, e,
       "collate_fn takes " + num(share * 100) + "% of each fetch and the workers cannot keep up (" +
           (c ? num(c->capacity_bps) + " batches/s, the loop wants " + num(c->demand_bps)
              : supply_text(x)) +

@@ -8,6 +8,9 @@ namespace dldoctor::analyze::slow_getitem {
 
 namespace {
 
+/// The id this file's findings carry.
+constexpr char kId[] = "slow_getitem";
+
 std::string cheaper_getitem_advice(const std::vector<HotFunction>& hot) {
   if (const HotFunction* h = hottest_step(hot)) {
     std::string where = h->name + (h->location.empty() ? "" : " (" + h->location + ")");
@@ -52,7 +55,7 @@ report::Finding finding(const Evidence& e) {
   const FetchFigures& x = e.fetch.figures;
   const std::optional<double>& busy = x.shortfall.busy;
   report::Finding f =
-      head("slow_getitem", e, "__getitem__ is too slow for the loop (" + supply_text(x) + ")");
+      head(kId, e, "__getitem__ is too slow for the loop (" + supply_text(x) + ")");
   if (!e.fetch.hot_functions.empty())
     f.add("hot_functions", hot_functions_text(e.fetch.hot_functions));
 
