@@ -294,6 +294,21 @@ TEST(SampleSampler, WorksWithNoKeptDescriptors) {
   EXPECT_FALSE(me.threads.empty());
 }
 
+TEST(SampleSampler, SmapsOfThePreferredOnly) {
+  // An attached job reads its workers' smaps_rollup alone: a process the callback does not
+  // prefer is never read (no pss), one it prefers is.
+  for (const bool prefer_me : {false, true}) {
+    Sampler sampler(getpid(), SamplerOptions{.smaps_every = 1, .smaps_budget_pct = 0,
+                                             .smaps_preferred_only = true});
+    const int me = getpid();
+    sampler.set_smaps_priority([me, prefer_me](int pid) { return prefer_me && pid == me; });
+    Snapshot s = sampler.sample_once();
+    ASSERT_FALSE(s.processes.empty());
+    EXPECT_EQ(bool(s.processes.front().pss_bytes), prefer_me);
+    EXPECT_EQ(s.processes.front().smaps_fresh, prefer_me);
+  }
+}
+
 TEST(SampleSampler, SelfFirstRatesOnSecondPass) {
   Sampler sampler(getpid(), SamplerOptions{.smaps_every = 1, .threads = true});
   Snapshot first = sampler.sample_once();

@@ -33,7 +33,7 @@ namespace dldoctor::ext {
 namespace {
 
 /// The % of one core an attached job's smaps_rollup reads may use (PyAttach::start).
-constexpr double kAttachSmapsBudgetPct = 1.0;
+constexpr double kAttachSmapsBudgetPct = 0.5;
 
 using analyze::AttachedLoader;
 using analyze::AttachSession;
@@ -208,15 +208,16 @@ class PyAttach {
     if (sampler_) throw Error("attach: already started");
     sample::SamplerOptions so;
     so.interval_ns = int64_t(interval_s_ * 1e9);
-    // smaps_rollup within its own budget (not `run`'s whole-sampler one): copy-on-write
-    // growth over time needs a worker's Private_Dirty every few seconds, and one read of a
-    // forked torch worker walks its page tables for 5-25 ms. 1% of one core gives each of
-    // two workers a read every 1-3 s; every cycle here is the job's, so no more.
+    // smaps_rollup of the workers only, within its own budget (not `run`'s whole-sampler
+    // one): copy-on-write growth over time needs a worker's Private_Dirty every few seconds,
+    // and one read of a forked torch worker walks its page tables for 5-25 ms. Half a percent
+    // of one core gives each of two workers a read every 2-4 s; every cycle here is the
+    // job's, so no more, and the main process (the costliest read) none.
     so.smaps_budget_pct = kAttachSmapsBudgetPct;
+    so.smaps_preferred_only = true;
     so.total_budget_pct = 0;
     sampler_ = std::make_unique<sample::Sampler>(roots.front(), so);
-    // The workers' memory first: theirs is the series a rule reads (the main process's only
-    // adds to the RAM figures, which do not need it every few seconds).
+    // The workers' memory alone: theirs is the series a rule reads.
     std::set<int> workers;
     for (const AttachedLoader& l : session_->loaders())
       for (int pid : l.worker_pids)

@@ -35,6 +35,9 @@ struct SamplerOptions {
                                 ///< its memory read every second or two, which a copy-on-write
                                 ///< growth over samples needs, while a 64-worker tree stays
                                 ///< within the same total; 0: smaps_budget_pct alone
+  bool smaps_preferred_only = false;  ///< read smaps_rollup only of the processes the
+                                      ///< set_smaps_priority callback prefers (an attached
+                                      ///< job: its workers' memory is the series a rule reads)
   bool threads = false;   ///< fill ProcessSample::threads
   bool gpus = false;      ///< read the GPUs through NVML every pass (their process lists, to
                           ///< find the tree's processes, every smaps_every-th pass)
