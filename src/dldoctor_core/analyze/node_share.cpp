@@ -61,4 +61,24 @@ std::optional<size_t> share_of_pid(const std::vector<RankShare>& shares, int pid
   return std::nullopt;
 }
 
+std::vector<std::pair<std::string, int64_t>> peak_per_share(const std::vector<RankShare>& shares,
+                                                            std::optional<int64_t> ProcAgg::*field) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const RankShare& r : shares) {
+    std::optional<int64_t> sum;
+    bool main_counted = false;
+    for (const LoaderView* l : r.loaders) {
+      if (!main_counted && l->main.*field) {
+        sum = sum.value_or(0) + *(l->main.*field);
+        main_counted = true;
+      }
+      if (l->config.num_workers > 0 && l->fetchers.*field)
+        sum = sum.value_or(0) + *(l->fetchers.*field);
+    }
+    if (sum) out.emplace_back(r.name(), *sum);
+  }
+  if (out.size() < 2) out.clear();
+  return out;
+}
+
 }  // namespace dldoctor::analyze

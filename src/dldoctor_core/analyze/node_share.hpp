@@ -35,6 +35,13 @@ std::vector<RankShare> rank_shares(const JobView& job);
 /// that are empty are left out).
 std::string shares_text(const std::vector<std::pair<std::string, double>>& shares);
 
+/// Each share's sum of one per-process peak (`field` of ProcAgg: descriptors, resident
+/// memory) over its main process, counted once, and its loaders' workers, as (name, value)
+/// in the shares' order; shares without the figure are left out, and a single share gives
+/// nothing (a figure per rank says something only beside another rank's).
+std::vector<std::pair<std::string, int64_t>> peak_per_share(const std::vector<RankShare>& shares,
+                                                            std::optional<int64_t> ProcAgg::*field);
+
 /// The share (index into `shares`) whose main process or one of whose loaders' workers is
 /// `pid`; empty when none.
 std::optional<size_t> share_of_pid(const std::vector<RankShare>& shares, int pid);

@@ -73,20 +73,7 @@ std::optional<Evidence> detect(const JobView& job) {
   const std::vector<RankShare> shares = rank_shares(job);
   if (shares.size() > 1) {
     if (auto i = share_of_pid(shares, e.pid)) e.process_rank = shares[*i].rank;
-    for (const RankShare& r : shares) {
-      std::optional<int64_t> fds;
-      bool main_counted = false;
-      for (const LoaderView* l : r.loaders) {
-        if (!main_counted && l->main.open_fds_peak_sum) {
-          fds = fds.value_or(0) + *l->main.open_fds_peak_sum;
-          main_counted = true;
-        }
-        if (l->config.num_workers > 0 && l->fetchers.open_fds_peak_sum)
-          fds = fds.value_or(0) + *l->fetchers.open_fds_peak_sum;
-      }
-      if (fds) e.fds_per_rank.emplace_back(r.name(), *fds);
-    }
-    if (e.fds_per_rank.size() < 2) e.fds_per_rank.clear();
+    e.fds_per_rank = peak_per_share(shares, &ProcAgg::open_fds_peak_sum);
   }
   const int64_t base = std::max(e.peak.value_or(0), e.soft.value_or(0));
   e.recommended = std::max(kFdRecommendedMin, next_pow2(base * kFdHeadroom));

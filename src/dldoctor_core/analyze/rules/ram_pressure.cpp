@@ -8,20 +8,8 @@ namespace dldoctor::analyze::ram_pressure {
 
 std::vector<std::pair<std::string, double>> rss_per_rank(const JobView& job) {
   std::vector<std::pair<std::string, double>> out;
-  for (const RankShare& r : rank_shares(job)) {
-    std::optional<int64_t> rss;
-    bool main_counted = false;
-    for (const LoaderView* l : r.loaders) {
-      if (!main_counted && l->main.rss_peak_sum) {
-        rss = rss.value_or(0) + *l->main.rss_peak_sum;
-        main_counted = true;
-      }
-      if (l->config.num_workers > 0 && l->fetchers.rss_peak_sum)
-        rss = rss.value_or(0) + *l->fetchers.rss_peak_sum;
-    }
-    if (rss) out.emplace_back(r.name(), double(*rss));
-  }
-  if (out.size() < 2) out.clear();
+  for (const auto& [name, rss] : peak_per_share(rank_shares(job), &ProcAgg::rss_peak_sum))
+    out.emplace_back(name, double(rss));
   return out;
 }
 
