@@ -252,6 +252,12 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-loops", action="store_true")
     ap.add_argument("--kinds", nargs="+", default=["tiny-0", "tiny-5k", "tiny-2", "typical"])
     args = ap.parse_args(argv)
+    # "--kinds tiny-0,tiny-2" as well as "--kinds tiny-0 tiny-2"; an unknown kind is an error,
+    # not a section that prints nothing.
+    args.kinds = [k for arg in args.kinds for k in arg.split(",") if k]
+    unknown = set(args.kinds) - {"tiny-0", "tiny-5k", "tiny-2", "typical"}
+    if unknown:
+        ap.error(f"unknown --kinds {', '.join(sorted(unknown))}")
     run_dir = tempfile.mkdtemp(prefix="dldoctor-bench-")
     ring = _ext.EventRing.create(os.path.join(run_dir, "events.ring"), 1 << 20)
     try:

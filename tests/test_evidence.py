@@ -115,3 +115,25 @@ def test_every_key_the_rules_write_has_a_group():
                     keys |= set(re.findall(r'\.add\("([a-z_0-9]+)"', f.read()))
     assert len(keys) > 150, len(keys)  # the pattern still finds them
     assert [k for k in sorted(keys) if evidence.group_of(k) == "other"] == []
+
+
+def test_a_rate_of_mib_reads_as_mib_per_second():
+    # cow_memory_growth under attach: a rate in MiB, not a bare "/s" on a label saying "MiB".
+    assert evidence.label_and_value("private_dirty_mib_per_s", 2.5) == (
+        "private dirty",
+        "2.5 MiB/s",
+    )
+    assert evidence.label_and_value("projected_growth_next_10_min_mib", 1500) == (
+        "projected growth next 10 min",
+        "1500 MiB",
+    )
+    # A unit inside the name is put on the value as well.
+    assert evidence.label_and_value("pinned_bytes_in_flight", 3 * 2**30) == (
+        "pinned in flight",
+        "3 GiB",
+    )
+    assert evidence.label_and_value("epoch_s_mean", 1.25) == ("epoch mean", "1.25 s")
+    assert evidence.label_and_value("cpu_pct_per_active_thread", 40) == (
+        "CPU per active thread",
+        "40 %",
+    )

@@ -58,7 +58,13 @@ _GROUP_RES = [(g, re.compile(p)) for g, p in _GROUP_PATTERNS]
 
 # Unit suffixes of the keys: (suffix, unit, how the value is shown). The suffix is taken off
 # the label and the unit put on the value.
-_PER_S_UNITS = {"batches": "batches/s", "pages": "pages/s", "mb": "MB/s", "cs": "switches/s"}
+_PER_S_UNITS = {
+    "batches": "batches/s",
+    "pages": "pages/s",
+    "mb": "MB/s",
+    "mib": "MiB/s",
+    "cs": "switches/s",
+}
 
 
 def group_of(key: str) -> str:
@@ -123,7 +129,21 @@ def _label_and_value(key: str, value) -> tuple[str, str]:
             return _label(key[: -len(suffix)]), fmt(v)
     if ("_share" in key or key.startswith("share")) and 0 <= v <= 1:  # shares are 0..1
         return _label(key), f"{_num(v * 100)} %"
+    # A unit inside the name ("pinned_bytes_in_flight", "epoch_s_mean"): taken out of the label.
+    words = key.split("_")
+    for unit, fmt in _INNER_UNITS.items():
+        if unit in words[1:]:
+            return _label("_".join(w for w in words if w != unit)), fmt(v)
     return _label(key), _num(v)
+
+
+_INNER_UNITS = {
+    "bytes": human_bytes,
+    "mib": lambda x: f"{_num(x)} MiB",
+    "ms": lambda x: f"{_num(x)} ms",
+    "pct": lambda x: f"{_num(x)} %",
+    "s": lambda x: f"{_num(x)} s",
+}
 
 
 def _label(stem: str) -> str:
