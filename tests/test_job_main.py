@@ -267,3 +267,37 @@ def test_a_loop_stopped_mid_epoch_still_counts_every_batch(tmp_path):
     fetches = [e for e in run.events if e.kind == K.K_WORKER_BATCH]
     assert sum(max(e.weight, 1) for e in handouts) + end.v3 == 100_000
     assert sum(max(e.weight, 1) for e in fetches) + end.v2 == 100_000
+
+
+SHORT_EPOCHS = """
+import time
+from torch.utils.data import DataLoader, Dataset
+class Short(Dataset):
+    def __len__(self): return 16
+    def __getitem__(self, i): return i
+loader = DataLoader(Short(), batch_size=8)
+t = time.monotonic()
+epochs = 0
+while epochs < 300 or time.monotonic() - t < 1.3:
+    for _ in loader:
+        pass
+    epochs += 1
+print(epochs)
+"""
+
+
+def test_short_single_process_epochs_each_start_but_are_noted_once_a_second(tmp_path):
+    # Every epoch of a num_workers=0 loader emits kIterStart (the rules count epochs from
+    # it); its side-log note, which says the same each epoch, is written at most once a
+    # second after the first, so many short epochs do not pay ~40 us each for it.
+    script = tmp_path / "short.py"
+    script.write_text(SHORT_EPOCHS)
+    run = run_watched([sys.executable, str(script)], tmp_path / "run", capacity=1 << 18)
+    assert run.proc.returncode == 0, run.proc.stderr[-3000:]
+    epochs = int(run.proc.stdout)
+    starts = [e for e in run.events if e.kind == K.K_ITER_START]
+    assert [s.v3 for s in starts] == list(range(1, epochs + 1))
+    noted = [r["epoch"] for r in run.side if r.get("type") == "iter_start"]
+    assert noted[0] == 1 and 2 <= len(noted) <= 4, noted  # 1.3 s or more: 2 or 3 notes
+    ends = [e for e in run.events if e.kind == K.K_ITER_END]
+    assert len(ends) == epochs and all(e.v0 == K.END_EXHAUSTED for e in ends)

@@ -22,9 +22,10 @@ RANK_VARS = {
 def rank_of(env: dict[str, str] | None) -> dict:
     """{"rank": 0, "local_rank": 0, ...}: the rank variables of `env` that hold an integer."""
     out = {}
+    env = env or {}
     for name, keys in RANK_VARS.items():
         for k in keys:
-            v = (env or {}).get(k)
+            v = env.get(k)
             if v is not None and v.strip().lstrip("-").isdigit():
                 out[name] = int(v)
                 break
