@@ -18,6 +18,8 @@
 #include "dldoctor_core/common/error.hpp"
 #include "optional.hpp"
 #include "register.hpp"
+#include "sample_convert.hpp"
+#include "system_convert.hpp"
 
 namespace nb = nanobind;
 
@@ -57,6 +59,13 @@ report::Severity severity_from(const std::string& s) {
 }  // namespace
 
 // --- out -------------------------------------------------------------------------------------
+
+namespace {
+DLDOCTOR_FIELDS(LoaderFigureFields, epochs, batches, batches_per_s, data_stall_pct,
+                getitem_p50_ms, getitem_p99_ms, collate_p50_ms, fetch_p50_ms, consumer_step_ms,
+                pin_memory_ms, batch_bytes, worker_on_cpu_fraction, worker_cpu_pct,
+                runq_delay_pct);
+}  // namespace
 
 nb::dict finding_to_dict(const report::Finding& f) {
   nb::dict d;
@@ -122,20 +131,7 @@ nb::dict loader_summary_to_dict(const analyze::LoaderSummary& s) {
   if (r.local_world_size) d["local_world_size"] = *r.local_world_size;
   if (r.group_rank) d["group_rank"] = *r.group_rank;
   if (s.rank_loader > 0) d["rank_loader"] = s.rank_loader;
-  d["epochs"] = s.epochs;
-  d["batches"] = s.batches;
-  d["batches_per_s"] = opt(s.batches_per_s);
-  d["data_stall_pct"] = opt(s.data_stall_pct);
-  d["getitem_p50_ms"] = opt(s.getitem_p50_ms);
-  d["getitem_p99_ms"] = opt(s.getitem_p99_ms);
-  d["collate_p50_ms"] = opt(s.collate_p50_ms);
-  d["fetch_p50_ms"] = opt(s.fetch_p50_ms);
-  d["consumer_step_ms"] = opt(s.consumer_step_ms);
-  d["pin_memory_ms"] = opt(s.pin_memory_ms);
-  d["batch_bytes"] = opt(s.batch_bytes);
-  d["worker_on_cpu_fraction"] = opt(s.worker_on_cpu_fraction);
-  d["worker_cpu_pct"] = opt(s.worker_cpu_pct);
-  d["runq_delay_pct"] = opt(s.runq_delay_pct);
+  put_fields<LoaderFigureFields>(d, s);
   d["read_mb_s"] = opt(s.read_mb_per_s);
   nb::list pids;
   for (int p : s.worker_pids) pids.append(p);
@@ -172,34 +168,10 @@ system::Facts facts_from_dict(nb::handle d) {
     throw Error("facts must be the dict collect_facts() returns, got " + py_type(d));
   const char* w = "facts";
   system::Facts f;
-  nb::handle cpu = field(d, "cpu");
-  if (auto v = read<int64_t>(cpu, "online", w)) f.cpu.online = int(*v);
-  if (auto v = read<int64_t>(cpu, "affinity", w)) f.cpu.affinity = int(*v);
-  f.cpu.cgroup_quota = read<double>(cpu, "cgroup_quota", w);
-  if (auto v = read<int64_t>(cpu, "physical_cores", w)) f.cpu.physical_cores = int(*v);
-  f.cpu.usable = read<double>(cpu, "usable", w);
-  f.cpu.quota_source = read_str(cpu, "quota_source", w);
-  nb::handle mem = field(d, "memory");
-  f.memory.total_bytes = read<int64_t>(mem, "total_bytes", w);
-  f.memory.available_bytes = read<int64_t>(mem, "available_bytes", w);
-  f.memory.swap_total_bytes = read<int64_t>(mem, "swap_total_bytes", w);
-  f.memory.swap_free_bytes = read<int64_t>(mem, "swap_free_bytes", w);
-  f.memory.cgroup_limit_bytes = read<int64_t>(mem, "cgroup_limit_bytes", w);
-  f.memory.cgroup_usage_bytes = read<int64_t>(mem, "cgroup_usage_bytes", w);
-  f.memory.cgroup_working_set_bytes = read<int64_t>(mem, "cgroup_working_set_bytes", w);
-  f.memory.cgroup_source = read_str(mem, "cgroup_source", w);
-  nb::handle shm = field(d, "shm");
-  if (auto p = read_str(shm, "path", w); !p.empty()) f.shm.path = p;
-  f.shm.total_bytes = read<int64_t>(shm, "total_bytes", w);
-  f.shm.free_bytes = read<int64_t>(shm, "free_bytes", w);
-  f.shm.fs_type = read_str(shm, "fs_type", w);
-  f.shm.options = read_str(shm, "options", w);
-  nb::handle lim = field(d, "limits");
-  f.limits.nofile_soft = read<int64_t>(lim, "nofile_soft", w);
-  f.limits.nofile_hard = read<int64_t>(lim, "nofile_hard", w);
-  f.limits.memlock_soft = read<int64_t>(lim, "memlock_soft", w);
-  f.limits.memlock_hard = read<int64_t>(lim, "memlock_hard", w);
-  f.limits.open_fds = read<int64_t>(lim, "open_fds", w);
+  get_fields<CpuFields>(f.cpu, field(d, "cpu"), w);
+  get_fields<MemoryFields>(f.memory, field(d, "memory"), w);
+  get_fields<ShmFields>(f.shm, field(d, "shm"), w);  // an empty path keeps /dev/shm
+  get_fields<LimitFields>(f.limits, field(d, "limits"), w);
   nb::handle cont = field(d, "container");
   f.in_container = read<bool>(cont, "in_container", w);
   f.container_kind = read_str(cont, "kind", w);
@@ -215,22 +187,7 @@ system::StorageFacts storage_from_dict(nb::handle d) {
   if (!nb::isinstance<nb::dict>(d))
     throw Error("storage must be the dict probe_storage() returns, got " + py_type(d));
   const char* w = "storage";
-  system::StorageFacts s;
-  s.path = read_str(d, "path", w);
-  s.mount_point = read_str(d, "mount_point", w);
-  s.fs_type = read_str(d, "fs_type", w);
-  s.source = read_str(d, "source", w);
-  s.network_fs = read<bool>(d, "network_fs", w).value_or(false);
-  s.block_device = read_str(d, "block_device", w);
-  s.device_numbers = read_str(d, "device_numbers", w);
-  s.rotational = read<bool>(d, "rotational", w);
-  s.files = read<int64_t>(d, "files", w);
-  s.bytes = read<int64_t>(d, "bytes", w);
-  s.count_truncated = read<bool>(d, "count_truncated", w).value_or(false);
-  s.read_mb_s = read<double>(d, "read_mb_s", w);
-  s.probe_bytes = read<int64_t>(d, "probe_bytes", w);
-  s.probe_cached = read<bool>(d, "probe_cached", w).value_or(false);
-  return s;
+  return from_dict<system::StorageFacts, StorageFields>(d, w);
 }
 
 trace::Event event_from_tuple(nb::handle t) {
@@ -264,41 +221,18 @@ sample::Snapshot snapshot_from_dict(nb::handle d) {
                 py_type(d));
   const char* w = "snapshot";
   sample::Snapshot s;
-  s.t_ns = read<int64_t>(d, "t_ns", w).value_or(0);
-  s.cost_ns = read<int64_t>(d, "cost_ns", w).value_or(0);
-  if (auto q = read<int64_t>(d, "seq", w)) s.seq = uint64_t(*q);
-  nb::handle m = field(d, "machine");
-  s.machine.cpu_busy_pct = read<double>(m, "cpu_busy_pct", w);
-  s.machine.mem_available_bytes = read<int64_t>(m, "mem_available_bytes", w);
-  s.machine.swap_in_per_s = read<double>(m, "swap_in_per_s", w);
-  s.machine.swap_out_per_s = read<double>(m, "swap_out_per_s", w);
-  s.machine.cpu_pressure_some = read<double>(m, "cpu_pressure_some", w);
-  s.machine.io_pressure_some = read<double>(m, "io_pressure_some", w);
-  s.machine.mem_pressure_some = read<double>(m, "mem_pressure_some", w);
-  s.machine.shm_used_bytes = read<int64_t>(m, "shm_used_bytes", w);
-  s.machine.shm_total_bytes = read<int64_t>(m, "shm_total_bytes", w);
+  get_fields<SnapshotClockFields>(s, d, w);
+  get_fields<MachineFields>(s.machine, field(d, "machine"), w);
   for (nb::handle p : read_list(d, "processes", w)) {
     require_dict(p, "snapshot process");
     sample::ProcessSample x;
-    x.pid = int(read<int64_t>(p, "pid", w).value_or(0));
-    x.ppid = int(read<int64_t>(p, "ppid", w).value_or(0));
+    get_fields<ProcessIdFields>(x, p, w);
     const std::string state = read_str(p, "state", w);
     x.state = state.empty() ? '?' : state[0];
     x.comm = read_str(p, "comm", w);
-    x.num_threads = int(read<int64_t>(p, "num_threads", w).value_or(0));
-    x.cpu_pct = read<double>(p, "cpu_pct", w);
-    x.runq_delay_pct = read<double>(p, "runq_delay_pct", w);
-    x.voluntary_cs_per_s = read<double>(p, "voluntary_cs_per_s", w);
-    x.involuntary_cs_per_s = read<double>(p, "involuntary_cs_per_s", w);
-    x.rss_bytes = read<int64_t>(p, "rss_bytes", w);
-    x.pss_bytes = read<int64_t>(p, "pss_bytes", w);
-    x.private_dirty_bytes = read<int64_t>(p, "private_dirty_bytes", w);
-    x.read_bytes_per_s = read<double>(p, "read_bytes_per_s", w);
-    x.rchar_per_s = read<double>(p, "rchar_per_s", w);
-    x.read_bytes_total = read<int64_t>(p, "read_bytes_total", w);
-    x.rchar_total = read<int64_t>(p, "rchar_total", w);
-    x.cpu_ns_total = read<int64_t>(p, "cpu_ns_total", w);
-    x.open_fds = read<int64_t>(p, "open_fds", w);
+    x.num_threads = read<int>(p, "num_threads", w).value_or(0);
+    get_fields<ProcessUseFields>(x, p, w);
+    get_fields<ProcessIoFields>(x, p, w);
     x.wchan = read_str(p, "wchan", w);
     for (nb::handle th : read_list(p, "threads", w, Bad::kUnknown)) {
       sample::ThreadSample t;
@@ -341,14 +275,16 @@ analyze::HotFunction hot_function_from_dict(nb::handle d) {
 
 namespace {
 
+DLDOCTOR_FIELDS(TuneSettingsFields, num_workers, prefetch_factor, persistent_workers,
+                worker_threads);
+DLDOCTOR_FIELDS(TuneProfileFields, num_workers, prefetch_factor, persistent_workers, usable_cpus,
+                cpu_workers, cpu_left, per_worker_cpu, fetch_s, step_s, main_cpu_cores,
+                batches_per_s, off_cpu, startup_bound, thread_oversubscribed, keeps_up);
+// A profile dict without prefetch_factor is the DataLoader's default.
+static_assert(analyze::tune::Profile{}.prefetch_factor == analyze::kDefaultPrefetchFactor);
+
 analyze::tune::Settings tune_settings(nb::handle d) {
-  const std::string w = "tune settings";
-  analyze::tune::Settings s;
-  s.num_workers = read<int>(d, "num_workers", w);
-  s.prefetch_factor = read<int>(d, "prefetch_factor", w);
-  s.persistent_workers = read<bool>(d, "persistent_workers", w);
-  s.worker_threads = read<int>(d, "worker_threads", w);
-  return s;
+  return from_dict<analyze::tune::Settings, TuneSettingsFields>(d, "tune settings");
 }
 
 nb::dict tune_settings_dict(const analyze::tune::Settings& s) {
@@ -363,23 +299,7 @@ nb::dict tune_settings_dict(const analyze::tune::Settings& s) {
 analyze::tune::Profile tune_profile(nb::handle d) {
   const std::string w = "tune profile";
   require_dict(d, w);
-  analyze::tune::Profile p;
-  p.num_workers = read<int>(d, "num_workers", w).value_or(0);
-  p.prefetch_factor = read<int>(d, "prefetch_factor", w).value_or(analyze::kDefaultPrefetchFactor);
-  p.persistent_workers = read<bool>(d, "persistent_workers", w).value_or(false);
-  p.usable_cpus = read<double>(d, "usable_cpus", w);
-  p.cpu_workers = read<int>(d, "cpu_workers", w);
-  p.cpu_left = read<double>(d, "cpu_left", w);
-  p.per_worker_cpu = read<double>(d, "per_worker_cpu", w);
-  p.fetch_s = read<double>(d, "fetch_s", w);
-  p.step_s = read<double>(d, "step_s", w);
-  p.main_cpu_cores = read<double>(d, "main_cpu_cores", w);
-  p.batches_per_s = read<double>(d, "batches_per_s", w);
-  p.off_cpu = read<bool>(d, "off_cpu", w).value_or(false);
-  p.startup_bound = read<bool>(d, "startup_bound", w).value_or(false);
-  p.thread_oversubscribed = read<bool>(d, "thread_oversubscribed", w).value_or(false);
-  p.keeps_up = read<bool>(d, "keeps_up", w).value_or(false);
-  return p;
+  return from_dict<analyze::tune::Profile, TuneProfileFields>(d, w);
 }
 
 std::vector<analyze::tune::Trial> tune_trials(nb::handle trials) {

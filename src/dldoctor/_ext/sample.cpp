@@ -32,31 +32,16 @@ nb::dict thread_to_dict(const sample::ThreadSample& t) {
   return d;
 }
 
-nb::dict machine_to_dict(const sample::MachineSample& m) {
-  nb::dict d;
-  d["cpu_busy_pct"] = opt(m.cpu_busy_pct);
-  d["mem_available_bytes"] = opt(m.mem_available_bytes);
-  d["swap_in_per_s"] = opt(m.swap_in_per_s);
-  d["swap_out_per_s"] = opt(m.swap_out_per_s);
-  d["cpu_pressure_some"] = opt(m.cpu_pressure_some);
-  d["io_pressure_some"] = opt(m.io_pressure_some);
-  d["mem_pressure_some"] = opt(m.mem_pressure_some);
-  d["shm_used_bytes"] = opt(m.shm_used_bytes);
-  d["shm_total_bytes"] = opt(m.shm_total_bytes);
-  return d;
-}
+DLDOCTOR_FIELDS(GpuSampleFields, index, utilization_pct, memory_used_bytes, memory_total_bytes,
+                tree_memory_bytes);
+DLDOCTOR_FIELDS(CpuUserFields, pid, comm, cmdline, cpu_pct);
 
 nb::dict gpu_to_dict(const sample::GpuPass& g) {
   nb::dict d;
   d["measured"] = g.measured;
   d["not_measured"] = g.not_measured;
   d["devices"] = list_of(g.devices, [](const sample::GpuSample& x) {
-    nb::dict dev;
-    dev["index"] = x.index;
-    dev["utilization_pct"] = opt(x.utilization_pct);
-    dev["memory_used_bytes"] = opt(x.memory_used_bytes);
-    dev["memory_total_bytes"] = opt(x.memory_total_bytes);
-    dev["tree_memory_bytes"] = opt(x.tree_memory_bytes);
+    nb::dict dev = to_dict<GpuSampleFields>(x);
     dev["tree_pids"] = list_of(x.tree_pids, [](int pid) { return nb::int_(pid); });
     return dev;
   });
@@ -83,46 +68,26 @@ sample::SamplerOptions make_options(double interval_s, int smaps_every, bool thr
 }  // namespace
 
 nb::dict process_to_dict(const sample::ProcessSample& p) {
-  nb::dict d;
-  d["pid"] = p.pid;
-  d["ppid"] = p.ppid;
+  nb::dict d = to_dict<ProcessIdFields>(p);
   d["state"] = state(p.state);
   d["comm"] = text(p.comm);
   d["num_threads"] = p.num_threads;
   d["active_threads"] = opt(p.active_threads);
-  d["cpu_pct"] = opt(p.cpu_pct);
-  d["runq_delay_pct"] = opt(p.runq_delay_pct);
-  d["voluntary_cs_per_s"] = opt(p.voluntary_cs_per_s);
-  d["involuntary_cs_per_s"] = opt(p.involuntary_cs_per_s);
-  d["rss_bytes"] = opt(p.rss_bytes);
-  d["pss_bytes"] = opt(p.pss_bytes);
-  d["private_dirty_bytes"] = opt(p.private_dirty_bytes);
+  put_fields<ProcessUseFields>(d, p);
   d["smaps_fresh"] = p.smaps_fresh;
-  d["read_bytes_per_s"] = opt(p.read_bytes_per_s);
-  d["rchar_per_s"] = opt(p.rchar_per_s);
-  d["read_bytes_total"] = opt(p.read_bytes_total);
-  d["rchar_total"] = opt(p.rchar_total);
-  d["cpu_ns_total"] = opt(p.cpu_ns_total);
-  d["open_fds"] = opt(p.open_fds);
+  put_fields<ProcessIoFields>(d, p);
   d["minor_faults_per_s"] = opt(p.minor_faults_per_s);
   d["major_faults_per_s"] = opt(p.major_faults_per_s);
   d["wchan"] = text(p.wchan);
-  nb::list threads;
-  for (const auto& t : p.threads) threads.append(thread_to_dict(t));
-  d["threads"] = threads;
+  d["threads"] = list_of(p.threads, thread_to_dict);
   return d;
 }
 
 nb::dict snapshot_to_dict(const sample::Snapshot& s) {
-  nb::dict d;
-  d["t_ns"] = s.t_ns;
-  d["cost_ns"] = s.cost_ns;
-  d["seq"] = s.seq;
-  d["machine"] = machine_to_dict(s.machine);
+  nb::dict d = to_dict<SnapshotClockFields>(s);
+  d["machine"] = to_dict<MachineFields>(s.machine);
   d["gpu"] = gpu_to_dict(s.gpu);
-  nb::list processes;
-  for (const auto& p : s.processes) processes.append(process_to_dict(p));
-  d["processes"] = processes;
+  d["processes"] = list_of(s.processes, process_to_dict);
   return d;
 }
 
@@ -135,16 +100,7 @@ void register_sample(nb::module_& m) {
           nb::gil_scoped_release release;
           users = sample::top_cpu_users(proc_root, window_s, count, min_pct);
         }
-        nb::list out;
-        for (const auto& u : users) {
-          nb::dict d;
-          d["pid"] = u.pid;
-          d["comm"] = u.comm;
-          d["cmdline"] = u.cmdline;
-          d["cpu_pct"] = u.cpu_pct;
-          out.append(d);
-        }
-        return out;
+        return list_of(users, [](const sample::CpuUser& u) { return to_dict<CpuUserFields>(u); });
       },
       nb::arg("window_s") = 1.0, nb::arg("count") = 5, nb::arg("min_pct") = 1.0,
       nb::arg("proc_root") = "/proc",
