@@ -21,6 +21,7 @@
 #include "dldoctor_core/common/error.hpp"
 #include "dldoctor_core/watchdog/proc_probe.hpp"
 #include "dldoctor_core/watchdog/stack.hpp"
+#include "fields.hpp"
 #include "optional.hpp"
 #include "register.hpp"
 #include "watchdog_convert.hpp"
@@ -40,57 +41,47 @@ nb::object str_or_none(const std::string& s) {
   return nb::str(s.c_str(), s.size());
 }
 
-nb::dict frame_dict(const wd::PyFrame& f) {
-  nb::dict d;
-  d["file"] = str_or_none(f.file);
-  d["line"] = opt(f.line);
-  d["function"] = str_or_none(f.function);
-  d["code"] = str_or_none(f.code);
-  return d;
-}
+/// A field out: an unknown ("") string is None; see fields.hpp for the rest.
+struct HangValue {
+  template <typename T>
+  nb::object operator()(const T& v) const {
+    if constexpr (std::is_same_v<T, std::string>)
+      return str_or_none(v);
+    else
+      return PlainValue{}(v);
+  }
+};
+
+// The fields of hang.hpp's records, out (with HangValue) and in alike where both are listed.
+DLDOCTOR_FIELDS(FrameFields, file, line, function, code);
+DLDOCTOR_FIELDS(StackFields, thread_id, current, no_python_frame, elided, truncated);
+DLDOCTOR_FIELDS(ThreadProbeFields, tid, name, state, wchan, syscall);
+DLDOCTOR_FIELDS(ProbeFields, pid, gone, state, comm, wchan, syscall, syscall_nr, cpu_ns,
+                num_threads, exit_code, exit_signal);
+/// A capture's: its pid comes first and is required; stacks and raw_stack stand between these.
+DLDOCTOR_FIELDS(CaptureWhereFields, loader, worker, state, wchan, syscall, cpu_ns_since_stall,
+                cpu_window_s);
+DLDOCTOR_FIELDS(CaptureEndFields, stack_note, gone, exit_code, exit_signal, io_target);
+DLDOCTOR_FIELDS(HangSnapshotFields, t_ns, stalled_s, timeout_s);
+
+nb::dict frame_dict(const wd::PyFrame& f) { return to_dict<FrameFields>(f, HangValue{}); }
 
 nb::list threads_list(const std::vector<wd::PyThreadStack>& stacks) {
-  nb::list out;
-  for (const wd::PyThreadStack& t : stacks) {
-    nb::dict d;
-    d["thread_id"] = str_or_none(t.thread_id);
-    d["current"] = t.current;
-    d["no_python_frame"] = t.no_python_frame;
-    d["elided"] = t.elided;
-    d["truncated"] = t.truncated;
+  return list_of(stacks, [](const wd::PyThreadStack& t) {
+    nb::dict d = to_dict<StackFields>(t, HangValue{});
     d["frames"] = list_of(t.frames, frame_dict);
-    out.append(d);
-  }
-  return out;
+    return d;
+  });
 }
 
 nb::list thread_probes(const std::vector<wd::ThreadProbe>& threads) {
-  nb::list out;
-  for (const wd::ThreadProbe& t : threads) {
-    nb::dict d;
-    d["tid"] = t.tid;
-    d["name"] = str_or_none(t.name);
-    d["state"] = str_or_none(t.state);
-    d["wchan"] = str_or_none(t.wchan);
-    d["syscall"] = str_or_none(t.syscall);
-    out.append(d);
-  }
-  return out;
+  return list_of(threads, [](const wd::ThreadProbe& t) {
+    return to_dict<ThreadProbeFields>(t, HangValue{});
+  });
 }
 
 nb::dict probe_dict(const wd::ProcessProbe& p) {
-  nb::dict d;
-  d["pid"] = p.pid;
-  d["gone"] = p.gone;
-  d["state"] = str_or_none(p.state);
-  d["comm"] = str_or_none(p.comm);
-  d["wchan"] = str_or_none(p.wchan);
-  d["syscall"] = str_or_none(p.syscall);
-  d["syscall_nr"] = opt(p.syscall_nr);
-  d["cpu_ns"] = opt(p.cpu_ns);
-  d["num_threads"] = opt(p.num_threads);
-  d["exit_code"] = opt(p.exit_code);
-  d["exit_signal"] = opt(p.exit_signal);
+  nb::dict d = to_dict<ProbeFields>(p, HangValue{});
   d["threads"] = thread_probes(p.threads);
   return d;
 }
@@ -98,29 +89,16 @@ nb::dict probe_dict(const wd::ProcessProbe& p) {
 nb::dict capture_dict(const wd::ProcessCapture& p) {
   nb::dict d;
   d["pid"] = p.pid;
-  d["loader"] = p.loader;
-  d["worker"] = p.worker;
-  d["state"] = str_or_none(p.state);
-  d["wchan"] = str_or_none(p.wchan);
-  d["syscall"] = str_or_none(p.syscall);
-  d["cpu_ns_since_stall"] = opt(p.cpu_ns_since_stall);
-  d["cpu_window_s"] = p.cpu_window_s;
+  put_fields<CaptureWhereFields>(d, p, HangValue{});
   d["stacks"] = threads_list(p.stacks);
-  d["raw_stack"] = p.raw_stack;
-  d["stack_note"] = str_or_none(p.stack_note);
-  d["gone"] = p.gone;
-  d["exit_code"] = opt(p.exit_code);
-  d["exit_signal"] = opt(p.exit_signal);
-  d["io_target"] = str_or_none(p.io_target);
+  d["raw_stack"] = p.raw_stack;  // verbatim, "" too
+  put_fields<CaptureEndFields>(d, p, HangValue{});
   d["threads"] = thread_probes(p.threads);
   return d;
 }
 
 nb::dict snapshot_dict(const wd::HangSnapshot& s) {
-  nb::dict d;
-  d["t_ns"] = s.t_ns;
-  d["stalled_s"] = s.stalled_s;
-  d["timeout_s"] = s.timeout_s;
+  nb::dict d = to_dict<HangSnapshotFields>(s);
   d["processes"] = list_of(s.processes, capture_dict);
   return d;
 }
@@ -136,20 +114,10 @@ std::vector<wd::PyThreadStack> stacks_from(nb::handle list, const std::string& w
   std::vector<wd::PyThreadStack> out;
   for (nb::handle t : nb::list(list)) {
     require_dict(t, where + " stack");
-    wd::PyThreadStack s;
-    s.thread_id = read_str(t, "thread_id", where);
-    s.current = read<bool>(t, "current", where).value_or(false);
-    s.no_python_frame = read<bool>(t, "no_python_frame", where).value_or(false);
-    s.elided = read<bool>(t, "elided", where).value_or(false);
-    s.truncated = read<bool>(t, "truncated", where).value_or(false);
+    auto s = from_dict<wd::PyThreadStack, StackFields>(t, where);
     for (nb::handle f : read_list(t, "frames", where)) {
       require_dict(f, where + " frame");
-      wd::PyFrame fr;
-      fr.file = read_str(f, "file", where);
-      fr.line = read<int>(f, "line", where);
-      fr.function = read_str(f, "function", where);
-      fr.code = read_str(f, "code", where);
-      s.frames.push_back(std::move(fr));
+      s.frames.push_back(from_dict<wd::PyFrame, FrameFields>(f, where));
     }
     out.push_back(std::move(s));
   }
@@ -168,19 +136,9 @@ wd::ProcessCapture capture_from(nb::handle d) {
   require_dict(d, where);
   wd::ProcessCapture p;
   p.pid = pid_of(d, where);
-  p.loader = read<int>(d, "loader", where).value_or(-1);
-  p.worker = read<int>(d, "worker", where).value_or(-1);
-  p.state = read_str(d, "state", where);
-  p.wchan = read_str(d, "wchan", where);
-  p.syscall = read_str(d, "syscall", where);
-  p.cpu_ns_since_stall = read<int64_t>(d, "cpu_ns_since_stall", where);
-  p.cpu_window_s = read<double>(d, "cpu_window_s", where).value_or(0);
+  get_fields<CaptureWhereFields>(p, d, where);
   p.raw_stack = read_str(d, "raw_stack", where);
-  p.stack_note = read_str(d, "stack_note", where);
-  p.gone = read<bool>(d, "gone", where).value_or(false);
-  p.exit_code = read<int>(d, "exit_code", where);
-  p.exit_signal = read<int>(d, "exit_signal", where);
-  p.io_target = read_str(d, "io_target", where);
+  get_fields<CaptureEndFields>(p, d, where);
   if (nb::list s = read_list(d, "stacks", where); nb::len(s) > 0) {
     p.stacks = stacks_from(s, where);
   } else if (!p.raw_stack.empty()) {
@@ -193,10 +151,7 @@ wd::ProcessCapture capture_from(nb::handle d) {
 wd::HangSnapshot snapshot_from(nb::handle d) {
   const std::string where = "hang snapshot";
   require_dict(d, where);
-  wd::HangSnapshot s;
-  s.t_ns = read<int64_t>(d, "t_ns", where).value_or(0);
-  s.stalled_s = read<double>(d, "stalled_s", where).value_or(0);
-  s.timeout_s = read<double>(d, "timeout_s", where).value_or(0);
+  auto s = from_dict<wd::HangSnapshot, HangSnapshotFields>(d, where);
   for (nb::handle p : read_list(d, "processes", where)) s.processes.push_back(capture_from(p));
   return s;
 }
@@ -214,6 +169,13 @@ void read_by_worker(nb::handle d, const char* key, const std::string& where, F v
   }
 }
 
+// The plain fields of a hang context's loader and of a probe result (in only).
+DLDOCTOR_FIELDS(LoaderContextFields, loader, num_workers, collate_fn, worker_init_fn,
+                start_method, main_threads_at_fork);
+DLDOCTOR_FIELDS(LoaderWaitFields, waiting_batch, waiting_worker);
+DLDOCTOR_FIELDS(WatchStateFields, loader_active, waiting, last_batch_ns, active_since_ns);
+DLDOCTOR_FIELDS(WatchedProcessFields, loader, worker, exit_code, exit_signal);
+
 wd::HangContext context_from(nb::handle d) {
   const std::string where = "hang context";
   wd::HangContext c;
@@ -222,18 +184,11 @@ wd::HangContext context_from(nb::handle d) {
   for (nb::handle l : read_list(d, "loaders", where)) {
     const std::string lw = "hang context loader";
     require_dict(l, lw);
-    wd::LoaderContext x;
-    x.loader = read<int>(l, "loader", lw).value_or(0);
-    x.num_workers = read<int>(l, "num_workers", lw);
-    x.collate_fn = read_str(l, "collate_fn", lw);
-    x.worker_init_fn = read_str(l, "worker_init_fn", lw);
-    x.start_method = read_str(l, "start_method", lw);
-    x.main_threads_at_fork = read<int>(l, "main_threads_at_fork", lw);
+    auto x = from_dict<wd::LoaderContext, LoaderContextFields>(l, lw);
     for (nb::handle n : read_list(l, "main_thread_names_at_fork", lw))
       x.main_thread_names_at_fork.push_back(
           as<std::string>(n, lw, "main_thread_names_at_fork").value_or(""));
-    x.waiting_batch = read<int64_t>(l, "waiting_batch", lw);
-    x.waiting_worker = read<int>(l, "waiting_worker", lw);
+    get_fields<LoaderWaitFields>(x, l, lw);
     read_by_worker(l, "outstanding", lw, [&](int w, nb::handle v) {
       std::vector<int64_t>& idx = x.outstanding[w];
       for (nb::handle b : nb::list(v)) {
@@ -256,20 +211,13 @@ wd::HangContext context_from(nb::handle d) {
 wd::WatchState state_from(nb::handle d) {
   const std::string where = "watchdog probe result";
   require_dict(d, where);
-  wd::WatchState s;
-  s.loader_active = read<bool>(d, "loader_active", where).value_or(false);
-  s.waiting = read<bool>(d, "waiting", where).value_or(false);
-  s.last_batch_ns = read<int64_t>(d, "last_batch_ns", where);
-  s.active_since_ns = read<int64_t>(d, "active_since_ns", where);
+  auto s = from_dict<wd::WatchState, WatchStateFields>(d, where);
   for (nb::handle p : read_list(d, "processes", where)) {
     const std::string pw = "watchdog probe process";
     require_dict(p, pw);
     wd::WatchedProcess w;
     w.pid = pid_of(p, pw);
-    w.loader = read<int>(p, "loader", pw).value_or(-1);
-    w.worker = read<int>(p, "worker", pw).value_or(-1);
-    w.exit_code = read<int>(p, "exit_code", pw);
-    w.exit_signal = read<int>(p, "exit_signal", pw);
+    get_fields<WatchedProcessFields>(w, p, pw);
     s.processes.push_back(w);
   }
   s.context = context_from(field(d, "context"));
@@ -430,8 +378,11 @@ void register_watchdog(nb::module_& m) {
       "num_threads, exit_code, exit_signal, threads}; unknown fields are None, a vanished pid "
       "has gone=True and state 'gone'.");
 
-  auto capture = [](const std::vector<int>& pids, const std::string& run_dir, int signal,
-                    int wait_ms) {
+  // Both capture functions: the pids (any iterable of ints) read with the GIL, then the wait
+  // without it.
+  auto capture = [](nb::handle pid_list, const std::string& run_dir, int signal, int wait_ms) {
+    std::vector<int> pids;
+    for (nb::handle p : nb::iter(pid_list)) pids.push_back(nb::cast<int>(p));
     if (wait_ms < 0) throw Error("capture_stacks: wait_ms must be >= 0");
     nb::gil_scoped_release release;
     return wd::capture_stacks(pids, run_dir, signal, wait_ms);
@@ -439,10 +390,8 @@ void register_watchdog(nb::module_& m) {
   m.def(
       "capture_stacks",
       [capture](nb::handle pids, const std::string& run_dir, int signal, int wait_ms) {
-        std::vector<int> v;
-        for (nb::handle p : nb::iter(pids)) v.push_back(nb::cast<int>(p));
         nb::dict out;
-        for (const wd::StackCapture& c : capture(v, run_dir, signal, wait_ms)) {
+        for (const wd::StackCapture& c : capture(pids, run_dir, signal, wait_ms)) {
           out[nb::int_(c.pid)] = c.text;
         }
         return out;
@@ -454,10 +403,8 @@ void register_watchdog(nb::module_& m) {
   m.def(
       "capture_stacks_detail",
       [capture](nb::handle pids, const std::string& run_dir, int signal, int wait_ms) {
-        std::vector<int> v;
-        for (nb::handle p : nb::iter(pids)) v.push_back(nb::cast<int>(p));
         nb::dict out;
-        for (const wd::StackCapture& c : capture(v, run_dir, signal, wait_ms)) {
+        for (const wd::StackCapture& c : capture(pids, run_dir, signal, wait_ms)) {
           nb::dict d;
           d["text"] = c.text;
           d["note"] = str_or_none(c.note);
