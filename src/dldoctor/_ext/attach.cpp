@@ -22,6 +22,7 @@
 #include "dldoctor_core/sample/sampler.hpp"
 #include "dldoctor_core/system/collect.hpp"
 #include "monitor_convert.hpp"
+#include "fields.hpp"
 #include "optional.hpp"
 #include "register.hpp"
 #include "system_convert.hpp"
@@ -46,6 +47,12 @@ trace::StartMethod start_method_from(const std::string& s) {
   return trace::StartMethod::kUnknown;
 }
 
+// The attached loader's plain fields after its pids and start method (in only), and a
+// loader's stack shares (out only).
+DLDOCTOR_FIELDS(AttachedLoaderFields, pin_memory, persistent_workers, collate_fn, worker_init_fn);
+DLDOCTOR_FIELDS(StackSharesFields, window_s, main_samples, main_in_loader, main_collective,
+                fetch_samples, getitem, collate, reading, idle, sending, other, failed_samples);
+
 AttachedLoader loader_from(nb::handle d) {
   const char* w = "attached loader";
   require_dict(d, w);
@@ -57,10 +64,7 @@ AttachedLoader loader_from(nb::handle d) {
   for (nb::handle p : read_list(d, "worker_pids", w))
     l.worker_pids.push_back(as<int>(p, w, "worker_pids").value_or(0));
   l.start_method = start_method_from(read_str(d, "start_method", w));
-  l.pin_memory = read<bool>(d, "pin_memory", w).value_or(false);
-  l.persistent_workers = read<bool>(d, "persistent_workers", w).value_or(false);
-  l.collate_fn = read_str(d, "collate_fn", w);
-  l.worker_init_fn = read_str(d, "worker_init_fn", w);
+  get_fields<AttachedLoaderFields>(l, d, w);
   return l;
 }
 
@@ -99,23 +103,6 @@ std::vector<watchdog::PyThreadStack> dump_from(nb::handle threads) {
     out.push_back(std::move(s));
   }
   return out;
-}
-
-nb::dict stack_shares_to_dict(const analyze::StackShares& s) {
-  nb::dict d;
-  d["window_s"] = s.window_s;
-  d["main_samples"] = s.main_samples;
-  d["main_in_loader"] = s.main_in_loader;
-  d["main_collective"] = s.main_collective;
-  d["fetch_samples"] = s.fetch_samples;
-  d["getitem"] = s.getitem;
-  d["collate"] = s.collate;
-  d["reading"] = s.reading;
-  d["idle"] = s.idle;
-  d["sending"] = s.sending;
-  d["other"] = s.other;
-  d["failed_samples"] = s.failed_samples;
-  return d;
 }
 
 /// One loader for the report's `loaders`: the keys of a watched run's loaders, None for
@@ -160,7 +147,7 @@ nb::dict loader_to_dict(const analyze::LoaderView& l, const AttachedLoader& a) {
   }
   d["worker_pids"] = pids;
   d["workers"] = workers;
-  d["stacks"] = l.stacks ? nb::object(stack_shares_to_dict(*l.stacks)) : nb::none();
+  d["stacks"] = l.stacks ? nb::object(to_dict<StackSharesFields>(*l.stacks)) : nb::none();
   d["hot_functions"] = list_of(l.hot_functions, [](const analyze::HotFunction& h) {
     nb::dict f;
     f["name"] = h.name;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "event_glue.hpp"
+#include "fields.hpp"
 #include "optional.hpp"
 
 namespace nb = nanobind;
@@ -28,13 +29,18 @@ nb::list float_list(const std::vector<float>& v) {
 
 /// What a series and a live sample write alike. `value` turns one of their figures into
 /// Python: a series holds a list per figure (one value an interval), a live sample one number.
+/// The figures, by record:
+DLDOCTOR_FIELDS(LoaderFigures, batches_per_s, data_stall_pct);
+DLDOCTOR_FIELDS(ProcessFigures, cpu_pct, runq_delay_pct, getitem_ms);
+DLDOCTOR_FIELDS(MachineFigures, cpu_busy_pct, shm_used_bytes, mem_available_bytes);
+DLDOCTOR_FIELDS(GpuFigures, utilization_pct, memory_used_bytes, job_memory_bytes);
+
 template <class Loader, class Value>
 nb::dict loader_dict(const Loader& l, Value value) {
   nb::dict x;
   x["loader"] = int(l.loader);
   x["batches"] = l.batches;
-  x["batches_per_s"] = value(l.batches_per_s);
-  x["data_stall_pct"] = value(l.data_stall_pct);
+  put_fields<LoaderFigures>(x, l, value);
   return x;
 }
 
@@ -45,18 +51,13 @@ nb::dict process_dict(const Process& p, Value value) {
   x["loader"] = p.loader >= 0 ? nb::cast(p.loader) : nb::none();
   x["worker"] = p.worker >= 0 ? nb::cast(p.worker) : nb::none();
   x["batches"] = p.batches;
-  x["cpu_pct"] = value(p.cpu_pct);
-  x["runq_delay_pct"] = value(p.runq_delay_pct);
-  x["getitem_ms"] = value(p.getitem_ms);
+  put_fields<ProcessFigures>(x, p, value);
   return x;
 }
 
 template <class Machine, class Value>
 nb::dict machine_dict(const Machine& m, Value value) {
-  nb::dict x;
-  x["cpu_busy_pct"] = value(m.cpu_busy_pct);
-  x["shm_used_bytes"] = value(m.shm_used_bytes);
-  x["mem_available_bytes"] = value(m.mem_available_bytes);
+  nb::dict x = to_dict<MachineFigures>(m, value);
   x["shm_total_bytes"] = opt(m.shm_total_bytes);
   return x;
 }
@@ -66,9 +67,7 @@ nb::dict gpu_dict(const Gpu& g, Value value) {
   nb::dict x;
   x["index"] = g.index;
   x["job"] = g.job;
-  x["utilization_pct"] = value(g.utilization_pct);
-  x["memory_used_bytes"] = value(g.memory_used_bytes);
-  x["job_memory_bytes"] = value(g.job_memory_bytes);
+  put_fields<GpuFigures>(x, g, value);
   x["memory_total_bytes"] = opt(g.memory_total_bytes);
   return x;
 }
