@@ -22,10 +22,11 @@ analyze::ErrorSource source_from(const std::string& s) {
 
 // The plain fields of each kind of note, in the order they are read (failure_log.hpp's
 // defaults where a key is missing).
-DLDOCTOR_FIELDS(NoteProcessFields, worker, pid);  // the process a note is about
-DLDOCTOR_FIELDS(DeathFields, exit_code, signal, message, stderr_tail, cgroup_oom_kills,
-                machine_oom_kills, cgroup_limit_bytes, cgroup_usage_bytes, cgroup_peak_bytes);
-DLDOCTOR_FIELDS(ErrorFields, type, message, cuda_peak_bytes, cuda_total_bytes, index, epoch);
+DLDOCTOR_FIELDS(DeathFields, worker, pid, exit_code, signal, message, stderr_tail,
+                cgroup_oom_kills, machine_oom_kills, cgroup_limit_bytes, cgroup_usage_bytes,
+                cgroup_peak_bytes);
+DLDOCTOR_FIELDS(ErrorFields, worker, pid, type, message, cuda_peak_bytes, cuda_total_bytes, index,
+                epoch);
 DLDOCTOR_FIELDS(RuntimeFields, pid, sharing_strategy, nofile_soft, nofile_hard, nofile_unlimited,
                 pin_memory_requested, accelerator, process_only);
 DLDOCTOR_FIELDS(CgroupMemoryFields, limit_bytes, usage_bytes, peak_bytes);
@@ -36,11 +37,14 @@ DLDOCTOR_FIELDS(DatasetFields, length, pickled_bytes, pickle_ms, pickle_complete
 DLDOCTOR_FIELDS(DatasetAttrFields, name, type, elements, bytes, element_type, python_objects);
 DLDOCTOR_FIELDS(SlowBatchFields, pid, worker, index, fetch_ns);
 
-/// The process a note is about: its loader, worker id and pid.
-template <typename Note>
-void read_process(Note& x, nb::handle d, int loader, const char* w) {
-  x.loader = loader;
-  get_fields<NoteProcessFields>(x, d, w);
+/// A Note of Table's fields, with the note's loader (where the kind has one) and time.
+template <typename Note, typename Table>
+Note note_from(nb::handle d, int loader, int64_t t_ns, const char* w) {
+  Note x;
+  if constexpr (requires { x.loader; }) x.loader = loader;
+  get_fields<Table>(x, d, w);
+  x.t_ns = t_ns;
+  return x;
 }
 
 }  // namespace
@@ -52,18 +56,14 @@ analyze::FailureNote failure_note_from_dict(nb::handle d) {
   const int64_t t = read<int64_t>(d, "t_ns", w).value_or(0);
   const int loader = read<int>(d, "loader", w).value_or(-1);
   if (kind == "death") {
-    analyze::WorkerDeath x;
-    read_process(x, d, loader, w);
-    get_fields<DeathFields>(x, d, w);
+    auto x = note_from<analyze::WorkerDeath, DeathFields>(d, loader, t, w);
     if (x.signal && *x.signal <= 0) x.signal.reset();
-    x.t_ns = t;
     return x;
   }
   if (kind == "error") {
-    analyze::ErrorNote x;
-    x.source = source_from(read_str(d, "source", w));
-    read_process(x, d, loader, w);
-    get_fields<ErrorFields>(x, d, w);
+    const analyze::ErrorSource source = source_from(read_str(d, "source", w));
+    auto x = note_from<analyze::ErrorNote, ErrorFields>(d, loader, t, w);
+    x.source = source;
     if (x.message.size() > 4096) x.message.resize(4096);
     for (nb::handle s : read_list(d, "samples", w, Bad::kUnknown))
       if (auto i = as<int64_t>(s, w, "samples", Bad::kUnknown);
@@ -72,28 +72,13 @@ analyze::FailureNote failure_note_from_dict(nb::handle d) {
     x.traceback = read_str(d, "traceback", w);
     if (x.traceback.size() > x.kMaxTraceback)
       x.traceback.erase(0, x.traceback.size() - x.kMaxTraceback);  // the newest frames
-    x.t_ns = t;
     return x;
   }
-  if (kind == "runtime") {
-    analyze::RuntimeNote x;
-    x.loader = loader;
-    get_fields<RuntimeFields>(x, d, w);
-    x.t_ns = t;
-    return x;
-  }
-  if (kind == "cgroup_memory") {
-    auto x = from_dict<analyze::CgroupMemoryNote, CgroupMemoryFields>(d, w);
-    x.t_ns = t;
-    return x;
-  }
-  if (kind == "cuda_memory") {
-    analyze::CudaMemoryNote x;
-    x.loader = loader;
-    get_fields<CudaMemoryFields>(x, d, w);
-    x.t_ns = t;
-    return x;
-  }
+  if (kind == "runtime") return note_from<analyze::RuntimeNote, RuntimeFields>(d, loader, t, w);
+  if (kind == "cgroup_memory")
+    return note_from<analyze::CgroupMemoryNote, CgroupMemoryFields>(d, loader, t, w);
+  if (kind == "cuda_memory")
+    return note_from<analyze::CudaMemoryNote, CudaMemoryFields>(d, loader, t, w);
   throw Error("failure note: unknown kind '" + kind + "'");
 }
 
