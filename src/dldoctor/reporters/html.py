@@ -476,34 +476,34 @@ def _charts(report, go) -> list[tuple[str, list]]:
         sections.append(("Workers", per_worker))
 
     dist = []
-    boxes = [p for p in ordered if p.get("getitem_ms_sample")]
-    if boxes:
+    for key, chart_id, name, title, unit, note in (
+        (
+            "getitem_ms_sample",
+            "chart-getitem-dist",
+            "getitem distribution",
+            "__getitem__ per sample, by worker",
+            "ms per sample",
+            "A uniform sample of each worker's batches; one worker far above the "
+            "others is a straggler.",
+        ),
+        (
+            "collate_ms_sample",
+            "chart-collate-dist",
+            "collate distribution",
+            "collate_fn per batch, by worker",
+            "ms per batch",
+            None,
+        ),
+    ):
+        boxes = [p for p in ordered if p.get(key)]
+        if not boxes:
+            continue
         fig = go.Figure()
         for p in boxes:
-            fig.add_trace(
-                go.Box(y=p["getitem_ms_sample"], name=_proc_label(p), boxpoints="outliers")
-            )
-        _layout(fig, "__getitem__ per sample, by worker", "ms per sample", showlegend=False)
+            fig.add_trace(go.Box(y=p[key], name=_proc_label(p), boxpoints="outliers"))
+        _layout(fig, title, unit, showlegend=False)
         fig.update_layout(xaxis_title=None, hovermode="closest")
-        dist.append(
-            (
-                "chart-getitem-dist",
-                "getitem distribution",
-                fig,
-                "A uniform sample of each worker's batches; one worker far above the "
-                "others is a straggler.",
-            )
-        )
-    cboxes = [p for p in ordered if p.get("collate_ms_sample")]
-    if cboxes:
-        fig = go.Figure()
-        for p in cboxes:
-            fig.add_trace(
-                go.Box(y=p["collate_ms_sample"], name=_proc_label(p), boxpoints="outliers")
-            )
-        _layout(fig, "collate_fn per batch, by worker", "ms per batch", showlegend=False)
-        fig.update_layout(xaxis_title=None, hovermode="closest")
-        dist.append(("chart-collate-dist", "collate distribution", fig, None))
+        dist.append((chart_id, name, fig, note))
     if dist:
         sections.append(("Where the fetch time goes", dist))
 
