@@ -47,7 +47,10 @@ def pyspy() -> str:
     """The py-spy binary: beside this Python (the wheel installs it into the environment's
     bin), else on PATH."""
     here = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    if os.access(here, os.X_OK):
+    # Checked as the effective user, who runs it: a real uid that differs (setpriv, a setuid
+    # wrapper) would otherwise be refused a binary this process can run.
+    effective = os.access in os.supports_effective_ids
+    if os.access(here, os.X_OK, effective_ids=effective):
         return here
     found = shutil.which("py-spy")
     if found:
