@@ -109,41 +109,40 @@ def _label_and_value(key: str, value) -> tuple[str, str]:
     m = re.match(r"^(.*)_([a-z]+)_per_s$", key)
     if m and m.group(2) in _PER_S_UNITS:
         return _label(m.group(1)), f"{_num(v)} {_PER_S_UNITS[m.group(2)]}"
-    for suffix, fmt in (
-        ("_bytes", lambda x: human_bytes(x)),
-        ("_mib_per_1000_samples", lambda x: f"{_num(x)} MiB per 1000 samples"),
-        ("_mib_total", lambda x: f"{_num(x)} MiB in all"),
-        ("_mib", lambda x: f"{_num(x)} MiB"),
-        ("_mb_s", lambda x: f"{_num(x)} MB/s"),
-        ("_ms_each", lambda x: f"{_num(x)} ms each"),
-        ("_ms", lambda x: f"{_num(x)} ms"),
-        ("_s_per_restart", lambda x: f"{_num(x)} s per restart"),
-        ("_s", lambda x: f"{_num(x)} s"),
-        ("_pct_each", lambda x: f"{_num(x)} % each"),
-        ("_pct", lambda x: f"{_num(x)} %"),
-        ("_fraction", lambda x: f"{_num(x * 100)} %"),
-        ("_cores", lambda x: f"{_num(x)} CPUs"),
-        ("_per_s", lambda x: f"{_num(x)}/s"),
-    ):
+    for suffix, fmt in _SUFFIXES:
         if key.endswith(suffix) and len(key) > len(suffix):
             return _label(key[: -len(suffix)]), fmt(v)
     if ("_share" in key or key.startswith("share")) and 0 <= v <= 1:  # shares are 0..1
         return _label(key), f"{_num(v * 100)} %"
     # A unit inside the name ("pinned_bytes_in_flight", "epoch_s_mean"): taken out of the label.
     words = key.split("_")
-    for unit, fmt in _INNER_UNITS.items():
+    for unit, fmt in _UNIT_WORDS.items():
         if unit in words[1:]:
             return _label("_".join(w for w in words if w != unit)), fmt(v)
     return _label(key), _num(v)
 
 
-_INNER_UNITS = {
+# A unit as one word of a key, at its end or inside it.
+_UNIT_WORDS = {
     "bytes": human_bytes,
     "mib": lambda x: f"{_num(x)} MiB",
     "ms": lambda x: f"{_num(x)} ms",
     "pct": lambda x: f"{_num(x)} %",
     "s": lambda x: f"{_num(x)} s",
 }
+# Key endings, the longer ones first ("_s_per_restart" before "_per_s" before "_s").
+_SUFFIXES = (
+    ("_mib_per_1000_samples", lambda x: f"{_num(x)} MiB per 1000 samples"),
+    ("_mib_total", lambda x: f"{_num(x)} MiB in all"),
+    ("_mb_s", lambda x: f"{_num(x)} MB/s"),
+    ("_ms_each", lambda x: f"{_num(x)} ms each"),
+    ("_s_per_restart", lambda x: f"{_num(x)} s per restart"),
+    ("_pct_each", lambda x: f"{_num(x)} % each"),
+    ("_fraction", lambda x: f"{_num(x * 100)} %"),
+    ("_cores", lambda x: f"{_num(x)} CPUs"),
+    ("_per_s", lambda x: f"{_num(x)}/s"),
+    *((f"_{unit}", fmt) for unit, fmt in _UNIT_WORDS.items()),
+)
 
 
 def _label(stem: str) -> str:
