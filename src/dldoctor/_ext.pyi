@@ -199,8 +199,6 @@ class IterState:
 
     ref: types.MemberDescriptorType = ...
 
-    plain_fetcher: types.MemberDescriptorType = ...
-
 class BatchContext:
     """This process's batch-hook context (one instance: _ext.batch_context)."""
 

@@ -139,12 +139,8 @@ struct IterState {
   FetchStream* stream;  ///< single-process: the fetches it does itself
   /// Single-process: which hand-outs are measured (a fast loop's are sampled; those of a
   /// loader with workers never are, the hang doctor needs each one).
-  trace::BatchSampler* handouts;
+  trace::BatchSampler handouts;
   char measure_next;  ///< the next hand-out is measured (decided at this one)
-  /// Single-process: the class its fetcher runs as between measured hand-outs, a subclass
-  /// of the hooked fetcher class whose `fetch` is torch's own (dldoctor.job.main sets it);
-  /// None: the fetcher keeps its class and every fetch passes through fetch_call.
-  PyObject* plain_fetcher;
 };
 
 constexpr char kSkipFetch = 1;
@@ -175,8 +171,6 @@ PyTypeObject* g_hot_type = nullptr;
 PyTypeObject* g_iter_type = nullptr;
 BatchContext* g = nullptr;
 PyObject* g_str_collate_fn = nullptr;
-PyObject* g_str_class = nullptr;
-PyObject* g_str_dataset_fetcher = nullptr;
 PyObject* g_str_rcvd_idx = nullptr;
 PyObject* g_str_task_info = nullptr;
 PyObject* g_str_get = nullptr;
@@ -342,48 +336,18 @@ struct CollateSwap {
   }
 };
 
-/// A single-process iterator's fetcher runs as its plain class (IterState.plain_fetcher,
-/// whose `fetch` is torch's own): an unmeasured hand-out's fetch is then a Python-to-Python
-/// call from `_next_data`, no hook. A measured hand-out runs it as the hooked class (the
-/// plain one's base) for that one call, so fetch_call times it. `__class__` is assigned the
-/// checked way (the interpreter keeps the instance's attributes right across it).
-struct FetcherSwap {
-  PyObject* fetcher = nullptr;
-  PyObject* plain = nullptr;  ///< borrowed (the IterState holds it): put back by restore()
-
-  void install(PyObject* it, PyObject* plain_type) {
-    if (plain_type == nullptr || !PyType_Check(plain_type)) return;
-    PyObject* f = PyObject_GetAttr(it, g_str_dataset_fetcher);
-    if (f == nullptr) {
-      PyErr_Clear();
-      return;
-    }
-    auto* base = reinterpret_cast<PyObject*>(reinterpret_cast<PyTypeObject*>(plain_type)->tp_base);
-    if (reinterpret_cast<PyObject*>(Py_TYPE(f)) != plain_type || base == nullptr ||
-        PyObject_SetAttr(f, g_str_class, base) < 0) {
-      PyErr_Clear();
-      Py_DECREF(f);
-      return;
-    }
-    fetcher = f;
-    plain = plain_type;
-  }
-  /// May be called with an exception pending: it stays pending.
-  void restore() {
-    if (fetcher == nullptr) return;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    if (PyObject_SetAttr(fetcher, g_str_class, plain) < 0) PyErr_Clear();
-    PyErr_Restore(type, value, tb);
-    Py_CLEAR(fetcher);
-  }
-};
-
 PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
   auto* m = reinterpret_cast<HotMethod*>(self);
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   BatchContext& c = *g;
-  if (c.loader == 0 || nargs != 2 || kw != nullptr || !writer_active())
+  // A single-process fetch is measured when its hand-out is; the others pass straight
+  // through, unmeasured and unprofiled (their slow fetches go unseen, which no rule of a
+  // loader without workers asks for: straggler_worker needs two). The fetcher keeps its
+  // class: assigning `__class__` would turn its attributes into a dict for good, and every
+  // `self.dataset` of torch's fetch would then miss the interpreter's attribute cache (4%
+  // of a tiny batch, more than the hook it saved).
+  if (c.single_decision == kSkipFetch || c.loader == 0 || nargs != 2 || kw != nullptr ||
+      !writer_active())
     return call_orig(m, args, nargsf, kw);
   FetchStream& s = *c.stream;
   const int loader = c.loader, worker = c.worker;
@@ -394,10 +358,6 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
     Py_XDECREF(r);
     if (!settle_callback_error()) return nullptr;
   }
-  // A single-process fetch is measured when its hand-out is. The others do not come here
-  // when the fetcher runs as its plain class (FetcherSwap: their slow fetches go unseen,
-  // which no rule of a loader without workers asks for, straggler_worker needs two), else
-  // they pass through unmeasured and unprofiled.
   const bool single = c.single_decision != 0;
   PyObject* profiler = nullptr;
   if ((!single || c.single_decision == kMeasureFetch) &&
@@ -544,18 +504,48 @@ PyObject* handed_out(IterState* st, PyObject* data, int64_t now_ns) {
   return data;
 }
 
+/// What follows a hand-out of `data` by a single-process iterator: the decision on the next
+/// one, which is then timed from now on the precise clock.
+PyObject* single_handed_out(IterState* st, PyObject* data) {
+  ++st->batches;
+  const int64_t coarse = coarse_now_ns();
+  st->measure_next = st->handouts.decide(coarse);
+  st->last_handout = st->measure_next ? now_ns() : coarse;
+  return handed_out(st, data, coarse);
+}
+
+/// Most hand-outs of a fast loop: not measured, so the fetch passes through (kSkipFetch) and
+/// nothing else of the context is needed; the sample counts the hand-out.
+PyObject* single_unmeasured(HotMethod* m, IterState* st, PyObject* const* args, size_t nargsf,
+                            PyObject* kw) {
+  BatchContext& c = *g;
+  const char saved_decision = c.single_decision;
+  c.single_decision = kSkipFetch;
+  Py_INCREF(st);  // the iterator may drop its state while the fetch runs
+  PyObject* data = call_orig(m, args, nargsf, kw);
+  c.single_decision = saved_decision;
+  if (data == nullptr) {
+    next_failed(args[0], st);
+    Py_DECREF(st);
+    return nullptr;
+  }
+  pop_pin_ns(data);
+  st->handouts.record(false, false, st->last_handout);
+  return single_handed_out(st, data);
+}
+
 PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
   auto* m = reinterpret_cast<HotMethod*>(self);
   IterState* st = next_state(args, nargsf, kw);
   if (st == nullptr) return call_orig(m, args, nargsf, kw);
-  PyObject* it = args[0];
-  BatchContext& c = *g;
-  trace::BatchSampler& handouts = *st->handouts;
   // An epoch's first hand-out is always measured (its wait is the workers' start-up); the
   // others as decided at the previous hand-out, when its time was read precisely if needed.
   const bool first = st->batches == 0;
-  const bool measure = first || st->measure_next;
-  const int64_t t0 = measure ? now_ns() : 0;
+  if (!first && !st->measure_next) return single_unmeasured(m, st, args, nargsf, kw);
+  PyObject* it = args[0];
+  BatchContext& c = *g;
+  trace::BatchSampler& handouts = st->handouts;
+  const int64_t t0 = now_ns();
   const int saved_loader = c.loader, saved_worker = c.worker;
   const long long saved_index = c.index;
   FetchStream* saved_stream = c.stream;
@@ -565,13 +555,10 @@ PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf,
   c.index = st->batches;
   c.stream = st->stream;
   c.collate_samples = 0;
-  c.single_decision = measure ? kMeasureFetch : kSkipFetch;
+  c.single_decision = kMeasureFetch;
   c.single_weight = first ? 1 : handouts.unmeasured() + 1;
   Py_INCREF(st);  // the iterator may drop its state while the fetch runs
-  FetcherSwap swap;
-  if (measure) swap.install(it, st->plain_fetcher);
   PyObject* data = call_orig(m, args, nargsf, kw);
-  swap.restore();
   c.loader = saved_loader;
   c.worker = saved_worker;
   c.index = saved_index;
@@ -583,18 +570,12 @@ PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf,
     return nullptr;
   }
   const long long pin = pop_pin_ns(data);
-  if (!first) handouts.record(st->measure_next, false, st->last_handout);
-  if (measure) {
-    const int64_t t1 = now_ns();
-    const long long last = st->last_handout;
-    writer_emit(int64_t(EventKind::kMainBatch), st->loader_id, -1, st->batches, c.collate_samples,
-                t0, t1 - t0, last ? t0 - last : -1, pin, 0, 0, first ? 1 : handouts.weight());
-  }
-  ++st->batches;
-  const int64_t coarse = coarse_now_ns();
-  st->measure_next = handouts.decide(coarse);
-  st->last_handout = st->measure_next ? now_ns() : coarse;
-  return handed_out(st, data, coarse);
+  if (!first) handouts.record(true, false, st->last_handout);
+  const int64_t t1 = now_ns();
+  const long long last = st->last_handout;
+  writer_emit(int64_t(EventKind::kMainBatch), st->loader_id, -1, st->batches, c.collate_samples,
+              t0, t1 - t0, last ? t0 - last : -1, pin, 0, 0, first ? 1 : handouts.weight());
+  return single_handed_out(st, data);
 }
 
 PyObject* multi_next_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
@@ -795,9 +776,17 @@ PyType_Slot hot_slots[] = {
     {0, nullptr},
 };
 
+// Immutable: the interpreter specializes `self._next_data()` and `fetcher.fetch(i)` on a
+// method descriptor only when its type is (CPython 3.11+); else each call is a generic
+// lookup that also searches the instance's attributes.
+#ifdef Py_TPFLAGS_IMMUTABLETYPE
+constexpr unsigned long kHotImmutable = Py_TPFLAGS_IMMUTABLETYPE;
+#else
+constexpr unsigned long kHotImmutable = 0;
+#endif
 PyType_Spec hot_spec = {"dldoctor._ext.HotMethod", sizeof(HotMethod), 0,
                         Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
-                            Py_TPFLAGS_METHOD_DESCRIPTOR,
+                            Py_TPFLAGS_METHOD_DESCRIPTOR | kHotImmutable,
                         hot_slots};
 
 // -- The IterState type ---------------------------------------------------------------------------
@@ -810,16 +799,16 @@ PyObject* iter_new(PyTypeObject* tp, PyObject* args, PyObject* kwds) {
   auto* st = reinterpret_cast<IterState*>(tp->tp_alloc(tp, 0));
   if (st == nullptr) return nullptr;
   st->stream = new (std::nothrow) FetchStream();
-  st->handouts = new (std::nothrow) trace::BatchSampler();
+  new (&st->handouts) trace::BatchSampler();  // trivially destructible: no delete
   st->died = PySet_New(nullptr);
-  if (st->stream == nullptr || st->handouts == nullptr || st->died == nullptr) {
+  if (st->stream == nullptr || st->died == nullptr) {
     Py_DECREF(st);
     return PyErr_NoMemory();
   }
   st->loader_id = loader_id;
   st->multiprocess = char(multiprocess);
   if (auto it = g_loader_samplers->find(loader_id); it != g_loader_samplers->end())
-    *st->handouts = it->second;  // its tail was taken when that epoch ended
+    st->handouts = it->second;  // its tail was taken when that epoch ended
   st->pid = int(::getpid());
   st->got_idx = -1;
   st->got_worker = -1;
@@ -828,24 +817,21 @@ PyObject* iter_new(PyTypeObject* tp, PyObject* args, PyObject* kwds) {
   return reinterpret_cast<PyObject*>(st);
 }
 
-using IterRefs =
-    GcRefs<IterState, &IterState::died, &IterState::ref, &IterState::plain_fetcher>;
+using IterRefs = GcRefs<IterState, &IterState::died, &IterState::ref>;
 
 void iter_release(IterState* st) {
   delete st->stream;
-  delete st->handouts;
   st->stream = nullptr;
-  st->handouts = nullptr;
 }
 
 PyObject* iter_take_unmeasured(PyObject* self, PyObject*) {
   auto* st = reinterpret_cast<IterState*>(self);
   // A single-process fetch follows its hand-out's sample: the same tail for both.
-  const unsigned long tail = st->handouts->take_unmeasured();
+  const unsigned long tail = st->handouts.take_unmeasured();
   PyObject* tails = Py_BuildValue("(kk)", tail, tail);
   if (!st->multiprocess && st->batches > 0) {  // the epoch ends: its next one goes on from here
     if (g_loader_samplers->size() >= kMaxRememberedLoaders) g_loader_samplers->clear();
-    (*g_loader_samplers)[st->loader_id] = *st->handouts;
+    (*g_loader_samplers)[st->loader_id] = st->handouts;
   }
   return tails;
 }
@@ -871,8 +857,6 @@ PyMemberDef iter_members[] = {
     {"got_worker", T_INT, offsetof(IterState, got_worker), 0, nullptr},
     {"died", T_OBJECT_EX, offsetof(IterState, died), 0, "worker ids reported dead"},
     {"ref", T_OBJECT_EX, offsetof(IterState, ref), 0, "weakref to the iterator"},
-    {"plain_fetcher", T_OBJECT, offsetof(IterState, plain_fetcher), 0,
-     "single-process: the class its fetcher runs as when a hand-out is not measured"},
     {nullptr, 0, 0, 0, nullptr},
 };
 
@@ -1049,8 +1033,6 @@ void register_batch_hooks(nb::module_& m) {
   g_iter_type = reinterpret_cast<PyTypeObject*>(make_type(&iter_spec));
   auto* ctx_type = reinterpret_cast<PyTypeObject*>(make_type(&ctx_spec));
   g_str_collate_fn = PyUnicode_InternFromString("collate_fn");
-  g_str_class = PyUnicode_InternFromString("__class__");
-  g_str_dataset_fetcher = PyUnicode_InternFromString("_dataset_fetcher");
   g_str_rcvd_idx = PyUnicode_InternFromString("_rcvd_idx");
   g_str_task_info = PyUnicode_InternFromString("_task_info");
   g_str_get = PyUnicode_InternFromString("get");

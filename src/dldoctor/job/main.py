@@ -360,36 +360,8 @@ def make_single_init(orig):
                 iter_end(st, END_ERROR)
             hide_frame(e)
             raise
-        if st is not None:
-            _plain_fetcher(self, st)
 
     return __init__
-
-
-_PLAIN_FETCHERS: dict = {}  # (hooked fetcher class, torch's fetch) -> its plain subclass
-
-
-def _plain_fetcher(it, st) -> None:
-    """A single-process iterator's fetcher runs as a subclass of its class whose `fetch` is
-    torch's own (same name, no slots of its own): a hand-out that is not measured then calls
-    no fetch hook, one C call a batch instead of two. The _next_data hook gives the fetcher
-    its hooked class back for the length of a measured hand-out."""
-    try:
-        fetcher = getattr(it, "_dataset_fetcher", None)
-        cls = type(fetcher)
-        hook = cls.__dict__.get("fetch")
-        if type(hook) is not _ext.HotMethod or hook.role != "fetch":
-            return
-        key = (cls, hook.original)
-        plain = _PLAIN_FETCHERS.get(key)
-        if plain is None:
-            body = {"__slots__": (), "fetch": hook.original, "__doc__": cls.__doc__}
-            body.update(__module__=cls.__module__, __qualname__=cls.__qualname__)
-            plain = _PLAIN_FETCHERS[key] = type(cls.__name__, (cls,), body)
-        fetcher.__class__ = plain
-        st.plain_fetcher = plain
-    except Exception as e:
-        note("hook_error", where="plain_fetcher", error=f"{type(e).__name__}: {e}")
 
 
 def make_multi_init(orig):
