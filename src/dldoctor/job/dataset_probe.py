@@ -3,8 +3,11 @@ iterator is made: its large top-level attributes (Python containers of many obje
 forked workers copy as they read them), its samples per epoch, and under spawn/forkserver the
 bytes multiprocessing sends each worker it starts.
 
-None of it calls into the user's objects: the attributes are read with vars() (never a
-property, never a user type's __len__), the samples per epoch come from what torch already
+None of it calls into the user's objects, nor reshapes them: the attributes are read one by
+one as the instance holds them (never a property, never a user type's __len__, never vars(),
+which on CPython 3.11 would turn the instance's attributes into a dict for good, and every
+`self.x` of the user's __getitem__, in every worker forked after it, would then miss the
+interpreter's attribute cache), the samples per epoch come from what torch already
 holds (its samplers' and datasets' own fields) or from the batches of a finished epoch, and
 the bytes are counted as multiprocessing writes them while torch starts its workers (the
 dataset is never pickled a second time: a user's __getstate__ or __reduce__ runs exactly as
@@ -13,6 +16,7 @@ often as without dldoctor).
 
 from __future__ import annotations
 
+import gc
 import itertools
 import sys
 import threading
@@ -115,6 +119,57 @@ def _is_dataset(v) -> bool:
     return any(c.__name__ in ("Dataset", "IterableDataset") for c in t.__mro__[1:])
 
 
+_NAMES: dict = {}  # type -> the attribute names its classes' code uses
+
+
+def _code_names(code, out: set) -> None:
+    out.update(code.co_names)
+    for c in code.co_consts:
+        if hasattr(c, "co_names"):
+            _code_names(c, out)
+
+
+def _attribute_names(t: type) -> tuple:
+    """Names the code of t's classes uses (`self.x` is one), less those the classes define
+    themselves (a method, a property: reading it would bind or run it)."""
+    names = _NAMES.get(t)
+    if names is None:
+        used: set = set()
+        for cls in t.__mro__[:-1]:  # not object
+            for v in list(cls.__dict__.values()):
+                for f in (v, getattr(v, "__func__", None), getattr(v, "fget", None)):
+                    code = getattr(f, "__code__", None)
+                    if code is not None:
+                        _code_names(code, used)
+        names = _NAMES[t] = tuple(
+            sorted(n for n in used if not any(n in cls.__dict__ for cls in t.__mro__))
+        )
+    return names
+
+
+def instance_attrs(obj) -> list:
+    """(name, value) of obj's instance attributes, without vars(): each name its classes'
+    code uses is read as the instance holds it (object.__getattribute__ on a name no class
+    defines: no descriptor, no __getattr__, no user code) and kept when the value is one the
+    instance refers to. An attribute that only code outside its classes sets goes unnamed,
+    unless the instance's dict exists already (then it is read as it is)."""
+    t = type(obj)
+    if not isinstance(t.__dictoffset__, int) or t.__dictoffset__ == 0:
+        return []  # no instance attributes beyond slots
+    found = []
+    for name in _attribute_names(t):
+        try:
+            found.append((name, object.__getattribute__(obj, name)))
+        except Exception:
+            continue
+    refs = gc.get_referents(obj)
+    for r in refs:  # a dict made already (by the user's code): the whole of it, as it is
+        if type(r) is dict and found and all(r.get(n, r) is v for n, v in found):
+            return [(k, v) for k, v in r.items() if type(k) is str]
+    held = {id(r) for r in refs}
+    return [(n, v) for n, v in found if id(v) in held]
+
+
 def dataset_attrs(ds, budget_s: float = ATTRS_BUDGET_S) -> tuple[list[dict], bool]:
     """The dataset's large attributes, largest first, and whether the walk was cut short.
     Wrapped datasets (Subset.dataset, ConcatDataset.datasets) are looked into one level."""
@@ -124,10 +179,7 @@ def dataset_attrs(ds, budget_s: float = ATTRS_BUDGET_S) -> tuple[list[dict], boo
     cut = False
     while todo:
         prefix, obj, depth = todo.pop(0)
-        try:
-            items = list(vars(obj).items())[:MAX_VARS]
-        except TypeError:
-            continue
+        items = instance_attrs(obj)[:MAX_VARS]
         for name, v in items:
             if time.monotonic() > deadline:
                 cut = True
