@@ -177,7 +177,7 @@ def test_stand_in_run_keeps_a_gpu_series(stand_in_run):
     assert len(g0["utilization_pct"]) == n
     known = [v for v in g0["utilization_pct"] if v is not None]
     assert known and all(v == 25 for v in known)
-    # The report keeps four significant digits of each point (watcher.series_section).
+    # The report keeps four significant digits of each point (report.series_section).
     assert max(v for v in g0["job_memory_bytes"] if v is not None) == pytest.approx(512 << 20, 1e-3)
     assert g0["memory_total_bytes"] == 16384 << 20
 

@@ -72,24 +72,39 @@ def _dashdash_hint(parser: argparse.ArgumentParser, argv: list[str]) -> str:
     return f"hint: put -- before the job's command: {line}"
 
 
-def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
+def build_parser(commands: dict | None = None, only: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser, or with `only` the options of that one command alone (the
+    others keep their name and help: `dldoctor --help` lists them all). A command's module is
+    imported only when its options are built: `dldoctor attach` on a busy node imports what
+    it runs, not the whole tool."""
     parser = _Parser(prog="dldoctor", description="A doctor for PyTorch's DataLoader.")
     parser.subparsers = {}
     parser.add_argument("--version", action="version", version=f"dldoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (_, help_text) in COMMANDS.items():
-        command = (commands or {}).get(name) or _load(name)
         p = sub.add_parser(name, help=help_text, description=help_text)
+        parser.subparsers[name] = p
+        if only is not None and name != only:
+            continue
+        command = (commands or {}).get(name) or _load(name)
         command.prepare_parser(p)
         p.set_defaults(_command=command)
-        parser.subparsers[name] = p
     return parser
+
+
+def _command_word(argv: list[str]) -> str | None:
+    """The command argv names (its first word that is not an option), if it is one."""
+    for a in argv:
+        if not a.startswith("-"):
+            return a if a in COMMANDS else None
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
+    word = _command_word(argv)
+    parser = build_parser(only=word) if word is not None else build_parser()
     parser.argv = argv
     args = parser.parse_args(argv)
     try:

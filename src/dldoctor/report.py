@@ -258,3 +258,30 @@ def _finite(o: Any) -> Any:
     if isinstance(o, (list, tuple)):
         return [_finite(v) for v in o]
     return o
+
+
+def series_section(series: dict) -> dict:
+    """The monitor's series for Report.series, rounded: four significant digits are more
+    than a chart shows, and they keep the JSON of a long run small."""
+
+    def r(v):
+        if isinstance(v, float):
+            return float(f"{v:.4g}")
+        if isinstance(v, list):
+            return [r(x) for x in v]
+        if isinstance(v, dict):
+            return {k: r(x) for k, x in v.items()}
+        return v
+
+    if not series.get("t_s"):
+        return {}  # nothing was sampled (the job ended at once): no empty arrays in the JSON
+    return r(series)
+
+
+def hang_section(hang: dict, timeout_s: float) -> dict:
+    """Report.hang from the core's hang result: the first critical finding's title, the
+    timeout, the snapshot."""
+    snap = hang.get("snapshot") or {}
+    crit = [f for f in hang.get("findings") or [] if f.get("severity") == "critical"]
+    summary = crit[0]["title"] if crit else "no batch for the hang timeout"
+    return {"summary": summary, "timeout_s": timeout_s, "snapshot": snap}

@@ -18,7 +18,6 @@ import time
 from .. import report as _report
 from . import attach_stacks as stacks
 from .attach_find import EXIT_NO_DATALOADER, AttachError, Job, find_job
-from .watcher import _hang_section, series_section
 
 DEFAULT_SECONDS = 10.0
 SAMPLE_INTERVAL_S = 0.1  # the /proc sampler, as under `dldoctor run`
@@ -183,8 +182,8 @@ class AttachRun:
             report.notes.append(
                 f"the job made no progress over the {self.seconds:g} s watched: stuck at least that long"
             )
-            report.hang = _hang_section(hang, self.seconds)
-        report.series = series_section(session.series())
+            report.hang = _report.hang_section(hang, self.seconds)
+        report.series = _report.series_section(session.series())
         report.attach = attach_section(
             job, self.seconds, getattr(self, "rate", 0), session, self.refused
         )

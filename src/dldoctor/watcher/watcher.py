@@ -205,9 +205,9 @@ class Watcher:
             loaders=loaders,
             command=list(command) if command is not None else None,
             exit_code=exit_code,
-            hang=_hang_section(hang, self.monitor.hang_timeout_s) if hang else None,
+            hang=_report.hang_section(hang, self.monitor.hang_timeout_s) if hang else None,
         )
-        report.series = series_section(self.monitor.series())
+        report.series = _report.series_section(self.monitor.series())
         report.notices = resolve_notices(self.notices, report.findings)
         report.notes.extend(notice_notes(report.notices, report.findings))
         report.settings_overridden = settings_overridden(self.side_records)
@@ -317,24 +317,6 @@ def notice_text(n: dict) -> str:
     )
 
 
-def series_section(series: dict) -> dict:
-    """The monitor's series for Report.series, rounded: four significant digits are more
-    than a chart shows, and they keep the JSON of a long run small."""
-
-    def r(v):
-        if isinstance(v, float):
-            return float(f"{v:.4g}")
-        if isinstance(v, list):
-            return [r(x) for x in v]
-        if isinstance(v, dict):
-            return {k: r(x) for k, x in v.items()}
-        return v
-
-    if not series.get("t_s"):
-        return {}  # nothing was sampled (the job ended at once): no empty arrays in the JSON
-    return r(series)
-
-
 def settings_overridden(records: list[dict]) -> list[dict]:
     """The `settings` records of `dldoctor run --set`, one per overridden loader and process:
     {"loader": creation order, "main_pid", "settings", "was", "not_applied"}."""
@@ -368,13 +350,6 @@ def settings_note(s: dict) -> str:
     return f"settings overridden (--set), loader {s['loader']} of process {s['main_pid']}: " + (
         ", ".join(parts) or "none"
     )
-
-
-def _hang_section(hang: dict, timeout_s: float) -> dict:
-    snap = hang.get("snapshot") or {}
-    crit = [f for f in hang.get("findings") or [] if f.get("severity") == "critical"]
-    summary = crit[0]["title"] if crit else "no batch for the hang timeout"
-    return {"summary": summary, "timeout_s": timeout_s, "snapshot": snap}
 
 
 def command_not_found(cmd0: str) -> DldoctorError:
