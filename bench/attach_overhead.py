@@ -1,18 +1,21 @@
 """What `dldoctor attach` costs the job it watches (issue 13: the target keeps >= 98% of its
 unattached throughput):
 
-    python bench/attach_overhead.py [--rounds 5] [--seconds 10] [--kind typical|tiny]
+    python bench/attach_overhead.py [--rounds 7] [--seconds 10] [--kind typical|tiny]
 
 One job runs for the whole bench, started without dldoctor: a DataLoader with 2 workers
 iterated as fast as it goes (no training step), so it keeps both cores busy and every cycle
 the attach spends is taken from it: the worst case. It reports its batch count 20 times a
-second. Each round measures the job's batches/s over one `dldoctor attach PID --seconds S`
-(from its start to its exit, report included) and over an unattached stretch of the same
-length next to it, in an order that alternates between rounds; the figure is the median of
-the rounds' attached/unattached ratios. Also printed: the CPU the attach used (dldoctor and its
-py-spy readers, from their rusage) against the job's own over the same stretch ("kept": job
-CPU / (job + attach CPU), the conservative figure when the neighbours make the wall ratio
-swing), and the machine's load average.
+second. The bench alternates unattached stretches and attaches, U A U A ... A U: each
+`dldoctor attach PID --seconds S` is measured from its start to its exit, report included,
+against the mean of the unattached stretches of the same length just before and just after
+it (a drift of the machine's speed cancels out); the figure is the median of the rounds'
+attached/unattached ratios. Also printed: the CPU the attach used (dldoctor and its py-spy
+readers, from their rusage) against the job's own over the same stretch ("kept": job CPU /
+(job + attach CPU), the conservative figure when the neighbours make the wall ratio swing),
+and the machine's load average. dldoctor runs as pip installs it, its modules byte-compiled
+(PYTHONDONTWRITEBYTECODE is dropped from its environment; a first short attach, not
+counted, writes the bytecode and warms the page cache).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ class Job:
             [sys.executable, "-c", JOB, kind],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,  # its workers' complaints when stop() kills it
             text=True,
             start_new_session=True,
         )
@@ -131,6 +135,7 @@ def attached(job: Job, seconds: float, folder: str) -> tuple[float, float, float
     """One attach: its stretch (start, end), its CPU (dldoctor and py-spy), its verdict."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = os.path.join(folder, "report.json")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     start = time.monotonic()
     r = subprocess.run(
         [
@@ -146,6 +151,7 @@ def attached(job: Job, seconds: float, folder: str) -> tuple[float, float, float
         ],
         capture_output=True,
         text=True,
+        env=env,
     )
     end = time.monotonic()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -159,9 +165,15 @@ def attached(job: Job, seconds: float, folder: str) -> tuple[float, float, float
     return start, end, cpu, verdict
 
 
+def unattached(job: Job, seconds: float) -> float:
+    a = time.monotonic()
+    time.sleep(seconds)
+    return job.rate(a, time.monotonic())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--seconds", type=float, default=10.0, help="the attach window")
     ap.add_argument("--kind", choices=("typical", "tiny"), default="typical")
     args = ap.parse_args()
@@ -171,30 +183,27 @@ def main() -> int:
     try:
         time.sleep(8)  # torch imported, workers started, the loop at its pace
         with tempfile.TemporaryDirectory() as folder:
+            attached(job, 1.0, folder)  # bytecode written, page cache warm: not counted
+            before = unattached(job, args.seconds + 1.5)  # about an attach's length
             for r in range(args.rounds):
-                order = ("attached", "unattached") if r % 2 == 0 else ("unattached", "attached")
-                rates = {}
-                for side in order:
-                    if side == "attached":
-                        cpu_before = job.cpu_s()
-                        a, b, cpu, verdict = attached(job, args.seconds, folder)
-                        job_cpu = job.cpu_s() - cpu_before
-                        rates[side] = job.rate(a, b)
-                        span = b - a
-                    else:
-                        a = time.monotonic()
-                        time.sleep(span if "attached" in rates else args.seconds + 1.5)
-                        rates[side] = job.rate(a, time.monotonic())
-                ratios.append(rates["attached"] / rates["unattached"])
+                cpu_before = job.cpu_s()
+                a, b, cpu, verdict = attached(job, args.seconds, folder)
+                job_cpu = job.cpu_s() - cpu_before
+                rate = job.rate(a, b)
+                span = b - a
+                after = unattached(job, span)
+                base = (before + after) / 2
+                ratios.append(rate / base)
                 kept.append(job_cpu / (job_cpu + cpu))
                 load.append(os.getloadavg()[0])
                 print(
-                    f"round {r + 1}: unattached {rates['unattached']:.0f} batches/s, attached "
-                    f"{rates['attached']:.0f} ({ratios[-1]:.3f}); attach CPU {cpu:.2f} s over "
-                    f"{span:.1f} s, job CPU {job_cpu:.1f} s (kept {kept[-1]:.3f}); verdict "
-                    f"{verdict}; load {load[-1]:.1f}",
+                    f"round {r + 1}: unattached {before:.0f} and {after:.0f} batches/s, attached "
+                    f"{rate:.0f} ({ratios[-1]:.3f}); attach CPU {cpu:.2f} s over {span:.1f} s, "
+                    f"job CPU {job_cpu:.1f} s (kept {kept[-1]:.3f}); verdict {verdict}; "
+                    f"load {load[-1]:.1f}",
                     flush=True,
                 )
+                before = after
     finally:
         job.stop()
     med = statistics.median(ratios)

@@ -163,6 +163,21 @@ std::string no_cpu_for_more_workers(const FetchFigures& x) {
          " what is left, so more workers would not help: ";
 }
 
+std::string no_more_workers(const CpuBoundFetch& c) {
+  const FetchFigures& x = c.figures;
+  if (!c.beyond_worker_handouts()) return no_cpu_for_more_workers(x);
+  const std::string per_batch =
+      x.samples_per_batch ? " (now " + num(*x.samples_per_batch) + ")" : std::string();
+  return "Workers would not help: the loop wants " +
+         num(x.shortfall.capacity->demand_bps) +
+         " batches/s, and each batch from a worker process crosses to the main process "
+         "through a queue (pickled, its tensors as shared-memory handles) for tens to "
+         "hundreds of microseconds, so workers hand over at most about " +
+         num(kMaxWorkerHandoutsPerS) +
+         " batches/s. Put more samples in each batch instead: a larger batch_size" + per_batch +
+         " asks for fewer batches for the same data; and ";
+}
+
 void add_fetch_evidence(report::Finding& f, const FetchFigures& x) {
   const Shortfall& s = x.shortfall;
   f.add("data_stall_fraction", x.data_stall_fraction);

@@ -55,6 +55,14 @@ inline constexpr int kMainProcessCores = 1;
 /// quarter it mostly takes turns with the others and the main process.
 inline constexpr double kMinWorkerShare = 0.25;
 
+/// Batches a second one main process can take from worker processes at best: each batch
+/// crosses from a worker through a queue (pickled, its tensors passed as shared-memory
+/// handles), tens to hundreds of microseconds of the main process's time. Measured here
+/// (bench/overhead.py tiny-2: batches of 8 ints, 2 fork workers, 2 CPUs): 1,200-1,400
+/// batches/s. A loop without workers that wants more than this is not helped by them,
+/// whatever CPU is free: its batches must carry more samples instead.
+inline constexpr double kMaxWorkerHandoutsPerS = 10'000;
+
 /// The CPU left for workers, from measurement: the usable CPUs less what the main processes
 /// use, less what other processes on those CPUs use (when the sampler can tell), less the
 /// job's other loaders' workers, against what one worker uses while it fetches.
@@ -164,9 +172,16 @@ struct CpuBoundFetch {
     return oversubscribed || !figures.shortfall.busy ? report::Severity::kWarning
                                                      : report::Severity::kCritical;
   }
+  /// num_workers=0 and a loop that wants more batches a second than workers could hand
+  /// over (kMaxWorkerHandoutsPerS): workers would slow it down.
+  bool beyond_worker_handouts() const noexcept {
+    const std::optional<FetchCapacity>& c = figures.shortfall.capacity;
+    return figures.num_workers == 0 && c && c->demand_bps > kMaxWorkerHandoutsPerS;
+  }
   /// The num_workers to prescribe: what the loop needs, capped at what the idle CPUs allow;
   /// empty when no CPU is idle for another worker or the workers already oversubscribe.
   std::optional<int> recommended_workers() const noexcept {
+    if (beyond_worker_handouts()) return std::nullopt;
     if (!ceiling || *ceiling <= figures.num_workers || oversubscribed) return std::nullopt;
     return std::min(needed_workers, *ceiling);
   }
@@ -185,6 +200,11 @@ std::optional<int> cpu_worker_ceiling(const JobView& job, const LoaderView& l) n
 /// 0.9 and other processes 0.2, which leaves 0.9 for workers, each using 1 while it fetches:
 /// 1 worker already uses it, so more workers would not help: ").
 std::string no_cpu_for_more_workers(const FetchFigures& f);
+
+/// The start of a fix when no worker count is prescribed: workers could not hand over the
+/// batches the loop wants (beyond_worker_handouts), or no CPU is left for another one
+/// (no_cpu_for_more_workers).
+std::string no_more_workers(const CpuBoundFetch& c);
 
 /// Adds the figures every fetch finding shows, in their order (the GPU's idle share last).
 void add_fetch_evidence(report::Finding& f, const FetchFigures& x);

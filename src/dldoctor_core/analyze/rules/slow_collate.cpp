@@ -55,7 +55,7 @@ report::Finding finding(const Evidence& e) {
                        (x.budget ? " (" + cpu_budget_text(*x.budget) + ")" : std::string()) +
                        ", and " + cheaper_collate_advice(e.fetch.custom_collate));
   } else {
-    f.fix = no_cpu_for_more_workers(x) + cheaper_collate_advice(e.fetch.custom_collate);
+    f.fix = no_more_workers(e.fetch) + cheaper_collate_advice(e.fetch.custom_collate);
   }
   f.why = "The main process waits " + num(stall * 100) +
           "% of the loop for batches; the workers are busy on CPU for " +

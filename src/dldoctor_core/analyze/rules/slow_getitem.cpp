@@ -71,7 +71,7 @@ report::Finding finding(const Evidence& e) {
                  : ", all the measured CPU allows" + room + " (" + std::to_string(needed) +
                        " would be needed), and " + cheaper_getitem_advice(e.fetch.hot_functions));
   } else {
-    f.fix = no_cpu_for_more_workers(x) + cheaper_getitem_advice(e.fetch.hot_functions);
+    f.fix = no_more_workers(e.fetch) + cheaper_getitem_advice(e.fetch.hot_functions);
   }
   f.why = "The main process waits " + num(x.data_stall_fraction * 100) +
           "% of the loop for batches while the workers " +
