@@ -184,6 +184,34 @@ TEST(AttachSession, AWorkerUsingCpuIsNotStuck) {
   EXPECT_TRUE(s.stuck_loaders().empty());
 }
 
+TEST(AttachSession, AWorkerReadingASlowStoreIsNotStuck) {
+  // Off-CPU (2% of a core) and in __getitem__ the whole window, but its bytes keep coming:
+  // io_bound's workers, not a hang. The same tree reading nothing is stuck.
+  for (double rchar : {130e3, 0.0}) {
+    AttachedLoader a = loader(1);
+    AttachSession s({a}, cpus(2));
+    for (int64_t t = kT0; t < kT0 + 10 * kS; t += kS / 10) {
+      sample::Snapshot snap;
+      snap.t_ns = t;
+      for (int pid : {a.main_pid, a.worker_pids[0]}) {
+        sample::ProcessSample p;
+        p.pid = pid;
+        p.state = 'S';
+        p.num_threads = 2;
+        p.cpu_pct = 2.0;
+        p.cpu_ns_total = int64_t(0.02 * double(t - kT0));
+        if (pid != a.main_pid) p.rchar_per_s = rchar;
+        snap.processes.push_back(p);
+      }
+      s.ingest(snap);
+    }
+    s.set_window(kT0, kT0 + 10 * kS);
+    s.add_samples(kMain, {thread({{main_waiting(), 200}})}, 0, 50);
+    s.add_samples(kWorker0, {thread({{getitem_stack(), 200}})}, 0, 50);
+    EXPECT_EQ(s.stuck_loaders().empty(), rchar > 0) << rchar;
+  }
+}
+
 TEST(AttachSession, TheCustomCollateSeenInTheStacksNamesTheLoadersCollate) {
   AttachedLoader a = loader(1);
   AttachSession s({a}, cpus(2));

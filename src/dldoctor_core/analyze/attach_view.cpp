@@ -471,12 +471,17 @@ std::vector<int> AttachSession::stuck_loaders() const {
     std::vector<int> pids{a.main_pid};
     for (int pid : a.worker_pids)
       if (pid > 0) pids.push_back(pid);
+    // Reading is progress too: a worker waiting on a slow store (io_bound) is off-CPU, but
+    // its bytes keep coming to the end of the window; a stuck one reads nothing.
+    const int64_t late = to_ns_ > from_ns_ ? to_ns_ - (to_ns_ - from_ns_) / 2 : -1;
     bool progress = false, measured = false;
     for (int pid : pids) {
       const ProcAgg g = procs_.aggregate({pid}, -1, to_ns_);
       if (!g.cpu_pct) continue;
       measured = true;
       if (*g.cpu_pct >= watchdog::kBusyCpuShare * 100) progress = true;
+      const ProcAgg recent = procs_.aggregate({pid}, late, to_ns_);
+      if (recent.rchar_per_s && *recent.rchar_per_s >= kProgressReadBytesPerS) progress = true;
     }
     if (measured && !progress) out.push_back(a.loader);
   }

@@ -32,6 +32,11 @@ namespace dldoctor::analyze {
 /// steps between batches leaves the loader every step, and a tenth leaves room for the
 /// status checks torch makes while it waits.
 inline constexpr double kStuckInLoaderShare = 0.9;
+/// A process of the loader that read at least this many bytes a second over the second half
+/// of the window makes progress, whatever its CPU (a worker on a slow socket: io_bound). A
+/// stuck tree reads nothing: a worker blocked on a pipe or a lock, a main process that polls
+/// its queue in vain.
+inline constexpr double kProgressReadBytesPerS = 1024;
 
 /// A loader of the attached job, as the process tree and the stacks showed it.
 struct AttachedLoader {
