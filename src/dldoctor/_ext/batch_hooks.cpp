@@ -358,10 +358,9 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
     Py_XDECREF(r);
     if (!settle_callback_error()) return nullptr;
   }
-  const bool single = c.single_decision != 0;
+  const bool single = c.single_decision == kMeasureFetch;  // the only single-process one here
   PyObject* profiler = nullptr;
-  if ((!single || c.single_decision == kMeasureFetch) &&
-      ++c.process_fetches % kProfileEvery == kProfileFirst % kProfileEvery &&
+  if (++c.process_fetches % kProfileEvery == kProfileFirst % kProfileEvery &&
       c.on_profile_start != nullptr) {
     profiler = PyObject_CallNoArgs(c.on_profile_start);
     if (profiler == Py_None) Py_CLEAR(profiler);
@@ -373,7 +372,7 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
   // minus one tick (4 ms at HZ=250).
   // The sample's bookkeeping waits for the fetch to return a batch (record() below).
   const int64_t coarse0 = coarse_now_ns();
-  const bool sampled = single ? c.single_decision == kMeasureFetch : s.sampler.decide(coarse0);
+  const bool sampled = single || s.sampler.decide(coarse0);
   const bool measure = sampled || profiler != nullptr;
   const bool detail =
       measure && (s.last_fetch_ns >= kDetailAlwaysNs || s.measured % kDetailEvery == 0);
@@ -412,7 +411,7 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
   ++s.fetches;
   s.measured += measure;
   if (!single) s.sampler.record(sampled, profiler != nullptr, coarse0);
-  const uint32_t weight = single ? (sampled ? c.single_weight : 1) : s.sampler.weight();
+  const uint32_t weight = single ? c.single_weight : s.sampler.weight();
   bool go_on = true;
   if (profiler != nullptr) {
     go_on = call_back(c.on_profile_finish, "OiiLLL", profiler, loader, worker, idx,

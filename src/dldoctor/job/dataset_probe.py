@@ -154,7 +154,7 @@ def instance_attrs(obj) -> list:
     instance refers to. An attribute that only code outside its classes sets goes unnamed,
     unless the instance's dict exists already (then it is read as it is)."""
     t = type(obj)
-    if not isinstance(t.__dictoffset__, int) or t.__dictoffset__ == 0:
+    if t.__dictoffset__ == 0:
         return []  # no instance attributes beyond slots
     found = []
     for name in _attribute_names(t):
