@@ -342,6 +342,14 @@ using dldoctor::trace::BatchSampler;
 
 constexpr int64_t kSecond = 1'000'000'000;
 
+/// The period of a stream of 80,000 batches/s: over kMeasuredPerSecond, down to a power of two.
+constexpr uint32_t kFastPeriod = [] {
+  uint32_t p = 1;
+  while (int64_t(p) * 2 <= 80'000 / dldoctor::trace::kMeasuredPerSecond) p *= 2;
+  return p;
+}();
+static_assert(kFastPeriod > 1);
+
 /// Feeds `n` batches at `per_second` to `s` from `t0`; returns {measured, sum of weights}.
 std::pair<int64_t, int64_t> feed(BatchSampler& s, int64_t n, int64_t per_second, int64_t& t) {
   int64_t measured = 0, weights = 0;
@@ -367,15 +375,28 @@ TEST(BatchSampler, EveryBatchOfANormalLoaderIsMeasured) {
   EXPECT_EQ(s.unmeasured(), 0u);
 }
 
+TEST(BatchSampler, SamplingStartsAtItsRateNotAtTheMeasuredRate) {
+  using dldoctor::trace::kSampleAbovePerSecond;
+  BatchSampler below(21), above(23);
+  int64_t t = kSecond;
+  auto [measured, weights] = feed(below, 2 * kSampleAbovePerSecond * 9 / 10, kSampleAbovePerSecond * 9 / 10, t);
+  EXPECT_EQ(measured, weights);  // two seconds just under the rate: all measured
+  EXPECT_EQ(below.period(), 1u);
+  t = kSecond;
+  feed(above, 2 * kSampleAbovePerSecond * 2, kSampleAbovePerSecond * 2, t);
+  EXPECT_GT(above.period(), 1u);
+}
+
 TEST(BatchSampler, AFastStreamIsSampledAndItsCountStaysExact) {
   BatchSampler s(11);
   int64_t t = kSecond;
   const int64_t n = 800'000;  // ten seconds at 80,000 batches/s
   auto [measured, weights] = feed(s, n, 80'000, t);
-  EXPECT_EQ(s.period(), 64u);  // 80,000/s over 1,000/s measured, to a power of two
-  // The first window (0.1 s) is measured in full, then about 1,250 a second.
-  EXPECT_GT(measured, 8'000 + 9 * 1'000);
-  EXPECT_LT(measured, 8'000 + 9 * 1'600);
+  EXPECT_EQ(s.period(), kFastPeriod);
+  // The first window (0.1 s) is measured in full, then about 80,000 / period a second.
+  const int64_t per_second = 80'000 / kFastPeriod;
+  EXPECT_GT(measured, 8'000 + 9 * per_second * 8 / 10);
+  EXPECT_LT(measured, 8'000 + 9 * per_second * 12 / 10);
   EXPECT_EQ(weights + s.unmeasured(), n);  // every batch is counted by some event or the tail
   EXPECT_EQ(s.take_unmeasured() + weights, n);
   EXPECT_EQ(s.unmeasured(), 0u);
@@ -385,7 +406,7 @@ TEST(BatchSampler, ASlowedStreamIsMeasuredAgainWithinTheGap) {
   BatchSampler s(3);
   int64_t t = kSecond;
   feed(s, 400'000, 80'000, t);
-  ASSERT_EQ(s.period(), 64u);
+  ASSERT_EQ(s.period(), kFastPeriod);
   // Down to 10 batches/s: the next batch is 100 ms later, past the gap allowed unmeasured.
   for (int i = 0; i < 20; ++i) {
     t += kSecond / 10;
@@ -395,8 +416,8 @@ TEST(BatchSampler, ASlowedStreamIsMeasuredAgainWithinTheGap) {
 }
 
 TEST(BatchSampler, ARandomSampleDoesNotLineUpWithAPeriodicJob) {
-  // Every 64th batch is slow (the job does something every 64 batches): a stride of 64 would
-  // see all of them or none; a random sample of period 64 sees its share.
+  // Every 64th batch is slow (the job does something every 64 batches): a stride of 64 (or a
+  // multiple) would see all of them or none; a random sample sees its share.
   BatchSampler s(5);
   int64_t t = kSecond;
   double true_sum = 0, sampled_sum = 0;
@@ -406,7 +427,7 @@ TEST(BatchSampler, ARandomSampleDoesNotLineUpWithAPeriodicJob) {
     if (s.take(t)) sampled_sum += cost * s.weight();
     t += kSecond / 80'000;
   }
-  EXPECT_EQ(s.period(), 64u);
+  EXPECT_EQ(s.period(), kFastPeriod);
   EXPECT_NEAR(sampled_sum / true_sum, 1.0, 0.1);
 }
 
@@ -440,7 +461,7 @@ TEST(BatchSampler, ADecisionMadeAheadIsRecordedWhenTheBatchComes) {
     t += kSecond / 80'000;
     next = s.decide(t);  // at this batch's hand-out, for the next one
   }
-  EXPECT_EQ(s.period(), 64u);
+  EXPECT_EQ(s.period(), kFastPeriod);
   EXPECT_EQ(weights + s.unmeasured(), 100'000);  // the last decision's batch never came
 }
 

@@ -43,8 +43,8 @@ bool BatchSampler::decide(int64_t now_ns) noexcept {
   ++window_fetches_;
   if (const int64_t dt = now_ns - window_start_ns_; dt >= kRateWindowNs) {
     // fetches/s over the window, divided by the measured rate wanted: the period.
-    const int64_t wanted = window_fetches_ * (1'000'000'000 / kMeasuredPerSecond) / dt;
-    period_ = floor_pow2(wanted);
+    const int64_t per_second = window_fetches_ * 1'000'000'000 / dt;
+    period_ = per_second < kSampleAbovePerSecond ? 1 : floor_pow2(per_second / kMeasuredPerSecond);
     window_start_ns_ = now_ns;
     window_fetches_ = 0;
   }
