@@ -12,16 +12,19 @@ all in a pseudo-terminal (`--live` needs one; the others get the same conditions
 average is printed before and after: on a shared machine it says how far to trust a round. The job times its own steady loop (after a warm-up) and reports batches/s
 and the CPU time over that loop of its own processes (main and workers) and of the watcher
 (the dldoctor process: drain, sampler, watchdog, the Python loop and the live panel; the
-job's parent, read from /proc). Two figures per mode:
+job's parent, read from /proc). Three figures per mode:
 - wall ratio: the job's batches/s against the unwatched run of the same round (median of
-  the rounds), the budget's figure (ok/OVER). On a shared 2-core machine it swings by +-10%
-  or more with the neighbours: each round's ratio is printed too;
+  the rounds). On a shared 2-core machine it swings by +-10% or more with the neighbours:
+  each round's ratio is printed too;
+- steady: the same ratio of the loop's fast blocks (the job times its loop in BLOCKS blocks;
+  the tenth-fastest of a run stands for it: a neighbour only ever slows a block down), the
+  budget's figure (ok/OVER);
 - kept: job CPU / (job CPU + watcher CPU) per batch, same run: every cycle the watcher
   spends counted as if it were on the critical path, which on a job that keeps every core
   busy it is. The steady, conservative figure (a job's CPU per batch itself swings with
   contention, so comparing it across runs is as noisy as the wall ratio); the hooks' own
-  cost per batch, inside the job, is measured directly by bench/event_python.py. `vs run`
-  is what --live and --trace add.
+  cost per batch, inside the job, is measured directly by bench/hooks_ab.py (and one event's
+  by bench/event_python.py). `vs run` is what --live and --trace add.
 
 Reuses the approach of bench/event_python.py (alternating rounds, median pair ratio, CPU
 figures as the conservative check).
@@ -40,9 +43,9 @@ import sys
 import tempfile
 import threading
 
-# Budget (DESIGN.md section 6) and timed batches per run (a few seconds of loop each).
 # The job times its loop in this many blocks (the steady figure).
 BLOCKS = 100
+# Budget (DESIGN.md section 6) and timed batches per run (a few seconds of loop each).
 CASES = {"tiny-0": (0.98, 240_000), "tiny-2": (0.98, 12_000), "typical": (0.995, 3_000)}
 MODES = {
     "unwatched": None,
@@ -299,7 +302,7 @@ def measure(kind: str, rounds: int, batches: int, modes: list[str], budget: floa
         f"{BLOCKS} blocks of a run: a neighbour only ever\n  slows a block down), the budget's "
         "figure;\n  job CPU, watcher CPU: per batch over the timed loop; kept: job / "
         "(job + watcher), the throughput a job\n  that keeps every core busy keeps (the hooks' "
-        "own per-batch cost is in bench/event_python.py);\n  vs run: the watcher CPU a mode "
+        "own per-batch cost is in bench/hooks_ab.py);\n  vs run: the watcher CPU a mode "
         "adds to a plain run, in % of one core"
     )
 

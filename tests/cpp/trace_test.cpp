@@ -342,13 +342,10 @@ using dldoctor::trace::BatchSampler;
 
 constexpr int64_t kSecond = 1'000'000'000;
 
-/// The period of a stream of 80,000 batches/s: over kMeasuredPerSecond, down to a power of two.
-constexpr uint32_t kFastPeriod = [] {
-  uint32_t p = 1;
-  while (int64_t(p) * 2 <= 80'000 / dldoctor::trace::kMeasuredPerSecond) p *= 2;
-  return p;
-}();
-static_assert(kFastPeriod > 1);
+/// The period of a stream of 80,000 batches/s: 80,000 over 250 measured a second is 320, down
+/// to a power of two.
+constexpr uint32_t kFastPeriod = 256;
+static_assert(dldoctor::trace::kMeasuredPerSecond == 250, "kFastPeriod follows the measured rate");
 
 /// Feeds `n` batches at `per_second` to `s` from `t0`; returns {measured, sum of weights}.
 std::pair<int64_t, int64_t> feed(BatchSampler& s, int64_t n, int64_t per_second, int64_t& t) {
@@ -379,8 +376,10 @@ TEST(BatchSampler, SamplingStartsAtItsRateNotAtTheMeasuredRate) {
   using dldoctor::trace::kSampleAbovePerSecond;
   BatchSampler below(21), above(23);
   int64_t t = kSecond;
-  auto [measured, weights] = feed(below, 2 * kSampleAbovePerSecond * 9 / 10, kSampleAbovePerSecond * 9 / 10, t);
-  EXPECT_EQ(measured, weights);  // two seconds just under the rate: all measured
+  const int64_t under = kSampleAbovePerSecond * 9 / 10, n = 2 * under;  // two seconds
+  auto [measured, weights] = feed(below, n, under, t);
+  EXPECT_EQ(measured, n);  // just under the rate: every batch measured, each for itself
+  EXPECT_EQ(weights, n);
   EXPECT_EQ(below.period(), 1u);
   t = kSecond;
   feed(above, 2 * kSampleAbovePerSecond * 2, kSampleAbovePerSecond * 2, t);
