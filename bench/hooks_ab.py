@@ -4,9 +4,10 @@
 
 Runs itself under `dldoctor run` (the watcher reads the job as in any run) and alternates, on
 one iterator, blocks of `--block` batches (batch_size 8 of ints, ~7 ms a block) between three
-ways of calling torch: `plain` (torch's own `_next_data` and `fetch` put back), `hooks` (the
-installed batch hooks, measuring a sample as in a run) and `pass` (two C hooks that only call
-through: the floor a C hook on each of the two methods costs). Neighbours on a shared machine
+ways of calling torch: `plain` (torch's own `_next_data` put back), `hooks` (the installed
+batch hook, measuring a sample as in a run) and `pass` (a C hook that only calls through: the
+floor a C hook on `_next_data` costs). The main process hooks no other method per batch: a
+single-process iterator's fetch is timed by its `_next_data` hook. Neighbours on a shared machine
 slow runs by +-20% from one minute to the next, but hardly from one block to the next: the
 figure is the median over rounds of the ratio plain / variant of adjacent blocks (the budget's
 0.98 is the `hooks` ratio). Conservative for `hooks`: every plain block is a gap in its
@@ -27,21 +28,19 @@ import time
 def job(rounds: int, block: int, out: str) -> None:
     from torch.utils.data import DataLoader, Dataset
     from torch.utils.data import dataloader as dl
-    from torch.utils.data._utils import fetch as fm
 
     from dldoctor import _ext
 
-    single, fetcher = dl._SingleProcessDataLoaderIter, fm._MapDatasetFetcher
-    hooked_next, hooked_fetch = single.__dict__["_next_data"], fetcher.__dict__["fetch"]
+    single = dl._SingleProcessDataLoaderIter
+    hooked_next = single.__dict__["_next_data"]
     torch_next = getattr(hooked_next, "__dldoctor_orig__", None)
-    torch_fetch = getattr(hooked_fetch, "__dldoctor_orig__", None)
-    if torch_next is None or torch_fetch is None:
+    if torch_next is None:
         raise SystemExit("hooks_ab: the batch hooks are not installed (run it under dldoctor run)")
     variants = {
-        "plain": (torch_next, torch_fetch),
-        "hooks": (hooked_next, hooked_fetch),
+        "plain": torch_next,
+        "hooks": hooked_next,
         # A fetch-role hook called with one argument passes straight through.
-        "pass": (_ext.hot_method("fetch", torch_next), hooked_fetch),
+        "pass": _ext.hot_method("fetch", torch_next),
     }
     settle = 50  # batches after each swap: the interpreter re-specializes the call sites
 
@@ -60,7 +59,7 @@ def job(rounds: int, block: int, out: str) -> None:
     try:
         for r in range(rounds):
             for name in variants if r % 2 == 0 else reversed(variants):
-                single._next_data, fetcher.fetch = variants[name]
+                single._next_data = variants[name]
                 for _ in range(settle):
                     next(it)
                 t = clock()
@@ -68,7 +67,7 @@ def job(rounds: int, block: int, out: str) -> None:
                     next(it)
                 times[name].append((clock() - t) / block)
     finally:
-        single._next_data, fetcher.fetch = hooked_next, hooked_fetch
+        single._next_data = hooked_next
     with open(out, "w") as f:
         for name, ts in times.items():
             if name == "plain":

@@ -98,6 +98,11 @@ def test_install_is_idempotent_and_uninstall_restores(tmp_path):
         assert type(hot) is _ext.HotMethod and hot.role == "multi_next"
         assert hot.original is originals["_next_data"]
         assert dl._SingleProcessDataLoaderIter.__dict__["_next_data"].role == "single_next"
+        # The fetch is hooked by a worker's begin() only, and uninstall restores it too.
+        assert torch.utils.data._utils.fetch._MapDatasetFetcher.fetch is fetch
+        from dldoctor.job import install
+
+        install.patch_fetchers()
         assert torch.utils.data._utils.fetch._MapDatasetFetcher.fetch.role == "fetch"
     finally:
         hooks.uninstall()

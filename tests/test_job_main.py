@@ -306,3 +306,53 @@ def test_short_single_process_epochs_each_start_but_are_noted_once_a_second(tmp_
     assert noted[0] == 1 and 2 <= len(noted) <= 4, noted  # 1.3 s or more: 2 or 3 notes
     ends = [e for e in run.events if e.kind == K.K_ITER_END]
     assert len(ends) == epochs and all(e.v0 == K.END_EXHAUSTED for e in ends)
+
+
+FAILS_DEEP_IN_A_FAST_LOOP = """
+import sys
+from torch.utils.data import DataLoader, Dataset, Sampler
+BAD = 8 * 60_000 + 5  # tens of thousands of batches in: far past the measured warm-up
+class Ints(Dataset):
+    def __len__(self): return 8 * 100_000
+    def __getitem__(self, i):
+        if i == BAD:
+            raise ValueError(f"bad sample {i}")
+        return i
+class Broken(Sampler):
+    def __len__(self): return 4
+    def __iter__(self):
+        yield 0
+        raise KeyError("sampler broke")
+seen = 0
+try:
+    for _ in DataLoader(Ints(), batch_size=8):
+        seen += 1
+except ValueError as e:
+    print(seen, e, file=sys.stderr)
+try:
+    for _ in DataLoader(Ints(), sampler=Broken(), batch_size=None):
+        pass
+except KeyError as e:
+    print("sampler", e, file=sys.stderr)
+"""
+
+
+def test_a_single_process_fetch_error_names_its_samples_measured_or_not(tmp_path):
+    # A fast loop measures a sample of its batches; the one that raises is named with its
+    # indices all the same (read from torch's fetch frame in the traceback), and an error
+    # raised outside the fetch (the sampler) is the loader's, not a fetch's.
+    script = tmp_path / "fails.py"
+    script.write_text(FAILS_DEEP_IN_A_FAST_LOOP)
+    run = run_watched([sys.executable, str(script)], tmp_path / "run", capacity=1 << 18)
+    assert run.proc.returncode == 0, run.proc.stderr[-3000:]
+    assert "60000 bad sample 480005" in run.proc.stderr
+    assert "sampler 'sampler broke'" in run.proc.stderr
+    (rec,) = [r for r in run.side if r.get("type") == "worker_exception"]
+    assert (rec["worker"], rec["index"]) == (-1, 60_000)
+    assert rec["samples"] == list(range(480_000, 480_008))
+    assert rec["exc_type"] == "builtins.ValueError" and rec["message"] == "bad sample 480005"
+    assert "in __getitem__" in rec["traceback"] and "dldoctor/job" not in rec["traceback"]
+    errors = [r for r in run.side if r.get("type") == "loader_error"]
+    assert [r["exc_type"] for r in errors] == ["builtins.ValueError", "builtins.KeyError"]
+    (exc,) = [e for e in run.events if e.kind == K.K_WORKER_EXCEPTION]
+    assert (exc.worker, exc.index) == (-1, 60_000)

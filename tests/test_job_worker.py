@@ -24,7 +24,7 @@ from _hooked_job import (  # noqa: E402
     loader_of,
 )
 from dldoctor.job import events as K  # noqa: E402
-from dldoctor.job import worker  # noqa: E402
+from dldoctor.job import install, worker  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +157,24 @@ def test_batch_bytes_walks_structures_and_dedups_storages():
     assert worker.batch_bytes(many) == -1
 
 
+def _be_worker(loader: int, worker_id: int) -> None:
+    """This test process plays worker `worker_id` of `loader`: the fetch hooks a worker's
+    begin() installs, and its context."""
+    install.patch_fetchers()
+    worker.CTX.begin_worker(loader, worker_id)
+
+
+def test_only_a_worker_has_fetch_hooks(in_process):
+    # The main process times a single-process fetch at its _next_data: no hook on the fetch.
+    from torch.utils.data._utils.fetch import _IterableDatasetFetcher, _MapDatasetFetcher
+
+    for cls in (_MapDatasetFetcher, _IterableDatasetFetcher):
+        assert not hasattr(cls.__dict__["fetch"], "__dldoctor_orig__")
+    install.patch_fetchers()
+    for cls in (_MapDatasetFetcher, _IterableDatasetFetcher):
+        assert cls.__dict__["fetch"].role == "fetch"
+
+
 def test_in_process_fork_workers(in_process):
     from torch.utils.data import DataLoader
 
@@ -179,7 +197,7 @@ def test_a_fast_workers_fetches_are_a_sample_with_exact_counts(in_process):
 
     data = [torch.tensor([i, i]) for i in range(64)]
     fetcher = _MapDatasetFetcher(data, True, default_collate, False)
-    worker.CTX.begin_worker(9, 0)
+    _be_worker(9, 0)
     # At least 0.6 s of fetches: the first 0.1 s is measured in full (the rate window).
     got, t0 = [], time.monotonic()
     while len(got) < 60_000 or time.monotonic() - t0 < 0.6:
@@ -208,6 +226,7 @@ def test_a_fast_workers_fetches_are_a_sample_with_exact_counts(in_process):
 def test_a_fetch_hook_is_invisible_to_the_caller(in_process):
     from torch.utils.data._utils.fetch import _MapDatasetFetcher
 
+    install.patch_fetchers()
     hook = _MapDatasetFetcher.__dict__["fetch"]
     assert hook.role == "fetch" and hook.__dldoctor_orig__ is hook.original
     assert hook.__name__ == "fetch" and hook.__qualname__ == "_MapDatasetFetcher.fetch"
@@ -217,7 +236,7 @@ def test_a_fetch_hook_is_invisible_to_the_caller(in_process):
             raise IndexError(f"no sample {i}")
 
     fetcher = _MapDatasetFetcher(Broken([1, 2]), True, lambda b: b, False)
-    worker.CTX.begin_worker(9, 0)
+    _be_worker(9, 0)
     try:
         with pytest.raises(IndexError, match="no sample 0") as e:
             fetcher.fetch([0, 1])

@@ -1,9 +1,10 @@
 // The per-batch hooks without a Python frame. Callables that stand in for torch's
-// `_MapDatasetFetcher.fetch` / `_IterableDatasetFetcher.fetch`, a worker's index-queue `get`
-// and the iterators' `_next_data` / `_get_data` (and, for a measured fetch only, the
-// fetcher's `collate_fn`; a single-process iterator's fetch only when its hand-out is
-// measured): each calls the original with the same arguments (vectorcall, no
-// tuple), times it and writes the batch's event straight into the ring. What is rare (an exception,
+// `_MapDatasetFetcher.fetch` / `_IterableDatasetFetcher.fetch` (in workers only), a worker's
+// index-queue `get` and the iterators' `_next_data` / `_get_data` (and, for a measured fetch
+// only, the fetcher's `collate_fn`): each calls the original with the same arguments
+// (vectorcall, no tuple), times it and writes the batch's event straight into the ring. A
+// single-process iterator's fetch is its `_next_data` call: the main process has no fetch
+// hook, one C level less on every batch of the fastest loops. What is rare (an exception,
 // a profiled fetch, a slow batch, a batch's bytes, CUDA memory) calls back into dldoctor.job.
 //
 // A C callable adds no frame to a traceback, so an exception reaches the user exactly as it
@@ -95,14 +96,9 @@ struct BatchContext {
   char worker_started;    ///< the _worker_loop hook ran in this process
   long long collate_ns;   ///< of the fetch in progress
   long long collate_samples;
-  /// A single-process fetch follows its hand-out's sample: 0 a worker's fetch (its own
-  /// stream decides), kSkipFetch or kMeasureFetch as the hand-out decided.
-  char single_decision;
-  unsigned int single_weight;          ///< the hand-outs a measured single-process batch stands for
-  unsigned long long process_fetches;  ///< every fetch of this process (profile candidates)
+  unsigned long long process_fetches;  ///< measured-or-not fetches of this process (profiles)
   long long cuda_next_ns;              ///< next CUDA memory reading (main process)
   FetchStream* worker_stream;          ///< this worker's fetches
-  FetchStream* stream;                 ///< the stream of the fetch in progress
   PyObject* current_it;   ///< borrowed: the iterator whose multi-process _next_data runs
   IterState* current_st;  ///< borrowed: its state
   IterState* cached_st;   ///< the state last looked up (strong): most batches skip the dict
@@ -110,7 +106,7 @@ struct BatchContext {
   PyObject* iters;              ///< dict: id(iterator) -> IterState
   PyObject* pin_ns;             ///< dict: id(pinned batch) -> ns spent pinning it
   PyObject* on_batch_bytes;     ///< (batch) -> int
-  PyObject* on_fetch_error;     ///< (exc, loader, worker, index, t0_ns, indices)
+  PyObject* on_fetch_error;     ///< (exc, loader, worker, index, t0_ns, indices or None)
   PyObject* on_slow_fetch;      ///< (loader, worker, index, fetch_ns, mean_ns, indices)
   PyObject* on_frame_index;     ///< () -> int
   PyObject* on_profile_start;   ///< () -> profiler or None
@@ -136,15 +132,12 @@ struct IterState {
   int got_worker;
   PyObject* died;       ///< set of worker ids reported dead
   PyObject* ref;        ///< weakref to the iterator, or None
-  FetchStream* stream;  ///< single-process: the fetches it does itself
+  FetchStream* stream;  ///< single-process: the fetches it does itself (its measured ones)
   /// Single-process: which hand-outs are measured (a fast loop's are sampled; those of a
   /// loader with workers never are, the hang doctor needs each one).
   trace::BatchSampler handouts;
   char measure_next;  ///< the next hand-out is measured (decided at this one)
 };
-
-constexpr char kSkipFetch = 1;
-constexpr char kMeasureFetch = 2;
 
 /// Which original a HotMethod stands in for.
 enum class Role : int { kFetch, kCollate, kIndexGet, kSingleNext, kMultiNext, kGetData };
@@ -171,6 +164,7 @@ PyTypeObject* g_hot_type = nullptr;
 PyTypeObject* g_iter_type = nullptr;
 BatchContext* g = nullptr;
 PyObject* g_str_collate_fn = nullptr;
+PyObject* g_str_dataset_fetcher = nullptr;
 PyObject* g_str_rcvd_idx = nullptr;
 PyObject* g_str_task_info = nullptr;
 PyObject* g_str_get = nullptr;
@@ -304,12 +298,12 @@ bool maybe_cuda_memory(int64_t t1, int loader) {
 
 PyObject* new_hot(Role role, PyObject* orig);
 
-// -- fetch, collate, index queue (workers; the main process for num_workers=0) ----------------
+// -- fetch, collate, index queue (workers; a measured single-process batch swaps collate too) ---
 /// A measured fetch times its collate_fn: a collate hook stands in for the fetcher's own for
 /// that one call (an unmeasured fetch calls the user's collate_fn directly, no extra level).
 struct CollateSwap {
-  PyObject* fetcher = nullptr;
-  PyObject* user = nullptr;  ///< the fetcher's collate_fn, put back by restore()
+  PyObject* fetcher = nullptr;  ///< strong, while the swap stands
+  PyObject* user = nullptr;     ///< the fetcher's collate_fn, put back by restore()
 
   void install(PyObject* f) {
     PyObject* cf = PyObject_GetAttr(f, g_str_collate_fn);
@@ -325,6 +319,7 @@ struct CollateSwap {
       return;
     }
     Py_DECREF(hook);
+    Py_INCREF(f);
     fetcher = f;
     user = cf;
   }
@@ -333,23 +328,61 @@ struct CollateSwap {
     if (user == nullptr) return;
     if (PyObject_SetAttr(fetcher, g_str_collate_fn, user) < 0) PyErr_Clear();
     Py_CLEAR(user);
+    Py_CLEAR(fetcher);
   }
 };
 
+/// Every fetch that may be profiled counts (a worker's each, a single-process iterator's
+/// measured ones); a candidate asks dldoctor.job.profiling for a running profiler. False on
+/// a BaseException to raise; else `*profiler` is the profiler or nullptr.
+bool maybe_profile(BatchContext& c, PyObject** profiler) {
+  *profiler = nullptr;
+  if (++c.process_fetches % kProfileEvery != kProfileFirst % kProfileEvery ||
+      c.on_profile_start == nullptr)
+    return true;
+  *profiler = PyObject_CallNoArgs(c.on_profile_start);
+  if (*profiler == Py_None) Py_CLEAR(*profiler);
+  return settle_callback_error();
+}
+
+/// The profiled fetch ended (fetch_ns -1: it raised); drops the profiler. False on a
+/// BaseException to raise.
+bool finish_profile(BatchContext& c, PyObject* profiler, int loader, int worker, long long idx,
+                    long long fetch_ns) {
+  if (profiler == nullptr) return true;
+  const bool go_on = call_back(c.on_profile_finish, "OiiLLL", profiler, loader, worker, idx,
+                               (long long)c.epoch, fetch_ns);
+  Py_DECREF(profiler);
+  return go_on;
+}
+
+/// Whether a measured fetch of `s` also takes its costly details (thread CPU time, bytes).
+inline bool wants_detail(const FetchStream& s) noexcept {
+  return s.last_fetch_ns >= kDetailAlwaysNs || s.measured % kDetailEvery == 0;
+}
+
+/// The bytes of a measured batch when its details are taken, else -1. False in `*go_on` on a
+/// BaseException to raise.
+long long detail_bytes(BatchContext& c, bool detail, PyObject* data, bool* go_on) {
+  if (!detail || c.on_batch_bytes == nullptr) return -1;
+  PyObject* r = PyObject_CallOneArg(c.on_batch_bytes, data);
+  const long long bytes = as_ll(r, -1);
+  Py_XDECREF(r);
+  *go_on = settle_callback_error() && *go_on;
+  return bytes;
+}
+
+/// A worker's fetch (a DataLoader worker process; the main process has no fetch hook).
 PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
   auto* m = reinterpret_cast<HotMethod*>(self);
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   BatchContext& c = *g;
-  // A single-process fetch is measured when its hand-out is; the others pass straight
-  // through, unmeasured and unprofiled (their slow fetches go unseen, which no rule of a
-  // loader without workers asks for: straggler_worker needs two). The fetcher keeps its
-  // class: assigning `__class__` would turn its attributes into a dict for good, and every
-  // `self.dataset` of torch's fetch would then miss the interpreter's attribute cache (4%
-  // of a tiny batch, more than the hook it saved).
-  if (c.single_decision == kSkipFetch || c.loader == 0 || nargs != 2 || kw != nullptr ||
-      !writer_active())
+  // The fetcher keeps its class: assigning `__class__` would turn its attributes into a
+  // dict for good, and every `self.dataset` of torch's fetch would then miss the
+  // interpreter's attribute cache (4% of a tiny batch, more than the hook it saved).
+  if (c.loader == 0 || nargs != 2 || kw != nullptr || !writer_active())
     return call_orig(m, args, nargsf, kw);
-  FetchStream& s = *c.stream;
+  FetchStream& s = *c.worker_stream;
   const int loader = c.loader, worker = c.worker;
   long long idx = c.index;
   if (c.index_from_frame && c.on_frame_index != nullptr) {
@@ -358,24 +391,17 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
     Py_XDECREF(r);
     if (!settle_callback_error()) return nullptr;
   }
-  const bool single = c.single_decision == kMeasureFetch;  // the only single-process one here
   PyObject* profiler = nullptr;
-  if (++c.process_fetches % kProfileEvery == kProfileFirst % kProfileEvery &&
-      c.on_profile_start != nullptr) {
-    profiler = PyObject_CallNoArgs(c.on_profile_start);
-    if (profiler == Py_None) Py_CLEAR(profiler);
-    if (!settle_callback_error()) return nullptr;
-  }
+  if (!maybe_profile(c, &profiler)) return nullptr;
   // The coarse clock decides; a measured fetch is then timed on the precise one, an
   // unmeasured one on the coarse one: its expected reading is the true time, so the slow-fetch
   // mean stays right, and a fetch reads past the 10 ms cut only when it took over 10 ms
   // minus one tick (4 ms at HZ=250).
   // The sample's bookkeeping waits for the fetch to return a batch (record() below).
   const int64_t coarse0 = coarse_now_ns();
-  const bool sampled = single || s.sampler.decide(coarse0);
+  const bool sampled = s.sampler.decide(coarse0);
   const bool measure = sampled || profiler != nullptr;
-  const bool detail =
-      measure && (s.last_fetch_ns >= kDetailAlwaysNs || s.measured % kDetailEvery == 0);
+  const bool detail = measure && wants_detail(s);
   c.collate_ns = 0;
   c.collate_samples = 0;
   CollateSwap collate;
@@ -389,12 +415,7 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
     PendingError err;
     err.take();
     collate.restore();
-    bool go_on = true;
-    if (profiler != nullptr) {
-      go_on = call_back(c.on_profile_finish, "OiiLLL", profiler, loader, worker, idx,
-                        (long long)c.epoch, -1LL);
-      Py_DECREF(profiler);
-    }
+    bool go_on = finish_profile(c, profiler, loader, worker, idx, -1);
     if (go_on && err.is(PyExc_Exception) && !err.is(PyExc_StopIteration))
       go_on = call_back(c.on_fetch_error, "OiiLLO", err.value ? err.value : Py_None, loader, worker,
                         idx, (long long)t0, args[1]);
@@ -410,25 +431,15 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
   if (measure) s.last_fetch_ns = d;  // a coarse reading would make the next one look long
   ++s.fetches;
   s.measured += measure;
-  if (!single) s.sampler.record(sampled, profiler != nullptr, coarse0);
-  const uint32_t weight = single ? c.single_weight : s.sampler.weight();
-  bool go_on = true;
-  if (profiler != nullptr) {
-    go_on = call_back(c.on_profile_finish, "OiiLLL", profiler, loader, worker, idx,
-                      (long long)c.epoch, (long long)d);
-    Py_DECREF(profiler);
-  }
+  s.sampler.record(sampled, profiler != nullptr, coarse0);
+  const uint32_t weight = s.sampler.weight();
+  const bool profiled = profiler != nullptr;
+  bool go_on = finish_profile(c, profiler, loader, worker, idx, d);
   if (measure) {
-    long long bytes = -1;
-    if (detail && c.on_batch_bytes != nullptr) {
-      PyObject* r = PyObject_CallOneArg(c.on_batch_bytes, data);
-      bytes = as_ll(r, -1);
-      Py_XDECREF(r);
-      go_on = settle_callback_error() && go_on;
-    }
+    const long long bytes = detail_bytes(c, detail, data, &go_on);
     writer_emit(int64_t(EventKind::kWorkerBatch), loader, worker, idx,
                 c.collate_samples ? c.collate_samples : 1, t0, d, c.collate_ns,
-                detail ? c1 - c0 : -1, bytes, profiler != nullptr ? trace::kProfiled : 0, weight);
+                detail ? c1 - c0 : -1, bytes, profiled ? trace::kProfiled : 0, weight);
   }
   if (s.slow.observe(d, s.fetches))
     go_on = call_back(c.on_slow_fetch, "iiLLLO", loader, worker, idx, (long long)d,
@@ -513,26 +524,44 @@ PyObject* single_handed_out(IterState* st, PyObject* data) {
   return handed_out(st, data, coarse);
 }
 
-/// Most hand-outs of a fast loop: not measured, so the fetch passes through (kSkipFetch) and
-/// nothing else of the context is needed; the sample counts the hand-out.
-PyObject* single_unmeasured(HotMethod* m, IterState* st, PyObject* const* args, size_t nargsf,
-                            PyObject* kw) {
-  BatchContext& c = *g;
-  const char saved_decision = c.single_decision;
-  c.single_decision = kSkipFetch;
-  Py_INCREF(st);  // the iterator may drop its state while the fetch runs
-  PyObject* data = call_orig(m, args, nargsf, kw);
-  c.single_decision = saved_decision;
-  if (data == nullptr) {
-    next_failed(args[0], st);
+/// A single-process `_next_data` raised (the exception is pending): a fetch's exception is
+/// told to dldoctor.job first (it finds the fetch's indices in the traceback; a sampler's or
+/// pin_memory's exception is no fetch's), then the state learns why, as for any hand-out.
+/// `t0`: when the call began (measured), else now. Lets go of `st`.
+PyObject* single_failed(PyObject* it, IterState* st, int64_t t0) {
+  PendingError err;
+  err.take();
+  bool go_on = true;
+  if (err.is(PyExc_Exception) && !err.is(PyExc_StopIteration))
+    go_on = call_back(g->on_fetch_error, "OiiLLO", err.value ? err.value : Py_None,
+                      st->loader_id, -1, st->batches, (long long)(t0 ? t0 : now_ns()), Py_None);
+  if (!go_on) {
+    err.drop();
     Py_DECREF(st);
     return nullptr;
   }
+  err.restore();
+  next_failed(it, st);
+  Py_DECREF(st);
+  return nullptr;
+}
+
+/// Most hand-outs of a fast loop: not measured, nothing but the original runs; the sample
+/// counts the hand-out.
+PyObject* single_unmeasured(HotMethod* m, IterState* st, PyObject* const* args, size_t nargsf,
+                            PyObject* kw) {
+  Py_INCREF(st);  // the iterator may drop its state while the fetch runs
+  PyObject* data = call_orig(m, args, nargsf, kw);
+  if (data == nullptr) return single_failed(args[0], st, 0);
   pop_pin_ns(data);
   st->handouts.record(false, false, st->last_handout);
   return single_handed_out(st, data);
 }
 
+/// A single-process hand-out: the iterator fetches the batch itself, in this call (next
+/// index, fetch, pin), so a measured one is both the batch's fetch (kWorkerBatch of worker -1,
+/// timed without the pinning) and its hand-out (kMainBatch). Its slow fetches are not looked
+/// for: straggler_worker, the only rule that names them, needs two workers.
 PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
   auto* m = reinterpret_cast<HotMethod*>(self);
   IterState* st = next_state(args, nargsf, kw);
@@ -543,37 +572,66 @@ PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf,
   if (!first && !st->measure_next) return single_unmeasured(m, st, args, nargsf, kw);
   PyObject* it = args[0];
   BatchContext& c = *g;
+  FetchStream& s = *st->stream;
   trace::BatchSampler& handouts = st->handouts;
-  const int64_t t0 = now_ns();
-  const int saved_loader = c.loader, saved_worker = c.worker;
-  const long long saved_index = c.index;
-  FetchStream* saved_stream = c.stream;
-  const char saved_decision = c.single_decision;
-  c.loader = st->loader_id;
-  c.worker = -1;
-  c.index = st->batches;
-  c.stream = st->stream;
-  c.collate_samples = 0;
-  c.single_decision = kMeasureFetch;
-  c.single_weight = first ? 1 : handouts.unmeasured() + 1;
+  const int loader = st->loader_id;
+  const long long idx = st->batches;
+  const uint32_t fetch_weight = first ? 1 : handouts.unmeasured() + 1;
   Py_INCREF(st);  // the iterator may drop its state while the fetch runs
-  PyObject* data = call_orig(m, args, nargsf, kw);
-  c.loader = saved_loader;
-  c.worker = saved_worker;
-  c.index = saved_index;
-  c.stream = saved_stream;
-  c.single_decision = saved_decision;
-  if (data == nullptr) {
-    next_failed(it, st);
+  PyObject* profiler = nullptr;
+  if (!maybe_profile(c, &profiler)) {
     Py_DECREF(st);
     return nullptr;
   }
-  const long long pin = pop_pin_ns(data);
-  if (!first) handouts.record(true, false, st->last_handout);
+  const bool detail = wants_detail(s);
+  c.collate_ns = 0;
+  c.collate_samples = 0;
+  CollateSwap collate;
+  if (PyObject* fetcher = PyObject_GetAttr(it, g_str_dataset_fetcher)) {
+    collate.install(fetcher);
+    Py_DECREF(fetcher);
+  } else {
+    PyErr_Clear();
+  }
+  const int64_t c0 = detail ? thread_cpu_ns() : 0;
+  const int64_t t0 = now_ns();
+  PyObject* data = call_orig(m, args, nargsf, kw);
   const int64_t t1 = now_ns();
+  const int64_t c1 = detail ? thread_cpu_ns() : -1;
+  if (data == nullptr) {
+    PendingError err;
+    err.take();
+    collate.restore();
+    const bool go_on = finish_profile(c, profiler, loader, -1, idx, -1);
+    if (!go_on) {
+      err.drop();
+      Py_DECREF(st);
+      return nullptr;
+    }
+    err.restore();
+    return single_failed(it, st, t0);
+  }
+  collate.restore();
+  const long long pin = pop_pin_ns(data);
+  const int64_t d = t1 - t0 - (pin > 0 ? pin : 0);
+  s.last_fetch_ns = d;
+  ++s.fetches;
+  ++s.measured;
+  const bool profiled = profiler != nullptr;
+  bool go_on = finish_profile(c, profiler, loader, -1, idx, d);
+  const long long bytes = detail_bytes(c, detail, data, &go_on);
+  const long long samples = c.collate_samples ? c.collate_samples : 1;
+  writer_emit(int64_t(EventKind::kWorkerBatch), loader, -1, idx, samples, t0, d, c.collate_ns,
+              detail ? c1 - c0 : -1, bytes, profiled ? trace::kProfiled : 0, fetch_weight);
+  if (!go_on) {
+    Py_DECREF(data);
+    Py_DECREF(st);
+    return nullptr;
+  }
+  if (!first) handouts.record(true, false, st->last_handout);
   const long long last = st->last_handout;
-  writer_emit(int64_t(EventKind::kMainBatch), st->loader_id, -1, st->batches, c.collate_samples,
-              t0, t1 - t0, last ? t0 - last : -1, pin, 0, 0, first ? 1 : handouts.weight());
+  writer_emit(int64_t(EventKind::kMainBatch), loader, -1, idx, c.collate_samples, t0, t1 - t0,
+              last ? t0 - last : -1, pin, 0, 0, first ? 1 : handouts.weight());
   return single_handed_out(st, data);
 }
 
@@ -929,7 +987,6 @@ PyObject* ctx_reset(PyObject* self, PyObject*) {
   c->loader = 0;
   c->worker = -1;
   c->index = -1;
-  c->stream = c->worker_stream;
   c->current_it = nullptr;
   c->current_st = nullptr;
   c->wait_hooked = 0;
@@ -957,7 +1014,6 @@ PyObject* ctx_begin_worker(PyObject* self, PyObject* args) {
   c->worker_started = 1;
   c->process_fetches = 0;
   c->worker_stream->reset();  // forked: the parent's counts are not this worker's
-  c->stream = c->worker_stream;
   Py_RETURN_NONE;
 }
 
@@ -1032,6 +1088,7 @@ void register_batch_hooks(nb::module_& m) {
   g_iter_type = reinterpret_cast<PyTypeObject*>(make_type(&iter_spec));
   auto* ctx_type = reinterpret_cast<PyTypeObject*>(make_type(&ctx_spec));
   g_str_collate_fn = PyUnicode_InternFromString("collate_fn");
+  g_str_dataset_fetcher = PyUnicode_InternFromString("_dataset_fetcher");
   g_str_rcvd_idx = PyUnicode_InternFromString("_rcvd_idx");
   g_str_task_info = PyUnicode_InternFromString("_task_info");
   g_str_get = PyUnicode_InternFromString("get");
@@ -1045,7 +1102,6 @@ void register_batch_hooks(nb::module_& m) {
   g->index = -1;
   g->worker_stream = new FetchStream();
   g_loader_samplers = new std::unordered_map<int, trace::BatchSampler>();
-  g->stream = g->worker_stream;
 
   // Types and the context live as long as the process (the module is never unloaded).
   m.attr("HotMethod") = nb::borrow(reinterpret_cast<PyObject*>(g_hot_type));

@@ -63,7 +63,6 @@ def _patch_torch(dl) -> None:
     """Apply every hook to a fully executed torch.utils.data.dataloader module."""
     mods = sys.modules
     worker_mod = mods.get("torch.utils.data._utils.worker")
-    fetch = mods.get("torch.utils.data._utils.fetch")
     pin = mods.get("torch.utils.data._utils.pin_memory")
     sig = mods.get("torch.utils.data._utils.signal_handling")
     single = getattr(dl, "_SingleProcessDataLoaderIter", None)
@@ -78,8 +77,6 @@ def _patch_torch(dl) -> None:
     _patch(multi, "_get_data", _hot("get_data"), "_MultiProcessingDataLoaderIter")
     _patch(multi, "_shutdown_workers", main.make_shutdown, "_MultiProcessingDataLoaderIter")
     _patch(worker_mod, "_worker_loop", worker.make_worker_loop, "worker")
-    for cls_name in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
-        _patch(getattr(fetch, cls_name, None), "fetch", _hot("fetch"), cls_name)
     _patch(pin, "pin_memory", main.make_pin_memory, "pin_memory")
     _patch(
         sig,
@@ -88,8 +85,24 @@ def _patch_torch(dl) -> None:
         "signal_handling",
     )
     worker.CTX.wait_hooked = any(o is multi and n == "_get_data" for o, n, _, _ in PATCHES.applied)
+    _note_missing()
+
+
+def patch_fetchers() -> None:
+    """Hook the fetchers' `fetch`: in a DataLoader worker only (worker.begin). The main
+    process has none: a single-process iterator's fetch is timed by its `_next_data` hook,
+    and a hook there would add a C level to every batch of the fastest loops."""
+    fetch = sys.modules.get("torch.utils.data._utils.fetch")
+    missing = len(PATCHES.missing)
+    for cls_name in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
+        _patch(getattr(fetch, cls_name, None), "fetch", _hot("fetch"), cls_name)
+    if len(PATCHES.missing) > missing:
+        _note_missing()
+
+
+def _note_missing() -> None:
     if PATCHES.missing:
-        torch = mods.get("torch")
+        torch = sys.modules.get("torch")
         note(
             "hooks",
             missing=sorted(set(PATCHES.missing)),

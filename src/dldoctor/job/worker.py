@@ -125,6 +125,9 @@ def begin(wi: _WorkerInit, worker_id) -> None:
     elif PROCESS.run_dir is None and wi.run_dir:
         PROCESS.run_dir = wi.run_dir
         sidelog.configure(wi.run_dir)
+    from .install import patch_fetchers
+
+    patch_fetchers()  # before the worker's first fetch: the loop calls it after begin()
     CTX.begin_worker(wi.loader_id, wid)
     profiling.SCHEDULE.reset()  # forked: the parent's schedule is not this worker's
     register_stack_dump()
@@ -273,11 +276,33 @@ def batch_note(kind: str, loader: int, worker: int, idx: int, indices, **fields)
     note(kind, loader=loader, worker=worker, index=idx, samples=batch_samples(indices), **fields)
 
 
+def fetch_indices(tb):
+    """(True, the indices torch's fetch was called with) when traceback `tb` passes through
+    torch's fetch (`possibly_batched_index`), else (False, None): the exception was raised
+    elsewhere (a sampler, pin_memory)."""
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "fetch" and code.co_filename.endswith(_FETCH_FILE):
+            return True, tb.tb_frame.f_locals.get("possibly_batched_index")
+        tb = tb.tb_next
+    return False, None
+
+
+_FETCH_FILE = os.path.join("_utils", "fetch.py")
+
+
 def on_fetch_error(
     e: BaseException, loader: int, worker: int, idx: int, t0: int, indices=None
 ) -> None:
-    """The user's fetch of `indices` raised `e` (it then reaches the loader unchanged)."""
+    """The user's fetch of `indices` raised `e` (it then reaches the loader unchanged). In the
+    main process (worker -1) the hook is the iterator's `_next_data`: the fetch and its
+    indices are found in the traceback, and an exception raised outside the fetch is not
+    recorded here."""
     try:
+        if worker == -1 and indices is None:
+            in_fetch, indices = fetch_indices(e.__traceback__)
+            if not in_fetch:
+                return
         emit = PROCESS.emit
         if emit is not None:
             emit(K_WORKER_EXCEPTION, loader, worker, idx, 0, t0, _ext.monotonic_ns() - t0)
