@@ -68,7 +68,86 @@ def job(rounds: int, block: int, out: str) -> None:
                 times[name].append((clock() - t) / block)
     finally:
         single._next_data = hooked_next
-    with open(out, "w") as f:
+    _write(times, out)
+
+
+def job_workers(rounds: int, block: int, workers: int, out: str) -> None:
+    """Loaders with workers: their hooks run in the workers (fetch, index queue) and the main
+    process (hand-out, wait), so the two ways alternate by epoch. Each epoch forks its workers
+    under the way it times: `plain` with every patch of dldoctor put back to torch's original
+    (no worker learns it is watched), `hooks` as installed. The first `settle` batches of an
+    epoch (the workers' start) are not timed: the figure is the per-batch cost. Three processes
+    on few cores hand batches through pipes, so an epoch's wall time swings with the
+    scheduler; the CPU time the job and its watcher spend per batch (every thread's, in ns
+    from /proc/<pid>/task/*/schedstat) is the steadier figure, and what a job that keeps
+    every core busy loses."""
+    from torch.utils.data import DataLoader, Dataset
+
+    from dldoctor.job.install import PATCHES
+
+    patches = list(PATCHES.applied)
+    if not patches:
+        raise SystemExit("hooks_ab: the batch hooks are not installed (run it under dldoctor run)")
+    settle = 50
+
+    class Tiny(Dataset):
+        def __len__(self):
+            return (block + settle) * 8
+
+        def __getitem__(self, i):
+            return i
+
+    loader = DataLoader(Tiny(), batch_size=8, num_workers=workers, multiprocessing_context="fork")
+
+    def use(hooked: bool) -> None:
+        for owner, name, orig, wrapper in patches:
+            setattr(owner, name, wrapper if hooked else orig)
+
+    times: dict[str, list[float]] = {"plain": [], "hooks": []}
+    cpu: dict[str, list[float]] = {"plain": [], "hooks": []}
+    clock = time.perf_counter_ns
+    watcher = os.getppid()  # dldoctor run is the job's parent
+    try:
+        for r in range(rounds + 1):
+            for name in ("plain", "hooks") if r % 2 == 0 else ("hooks", "plain"):
+                use(name == "hooks")
+                it = iter(loader)
+                for _ in range(settle):
+                    next(it)
+                pids = [os.getpid(), watcher] + [w.pid for w in it._workers]
+                c, t = sum(map(_cpu_ns, pids)), clock()
+                for _ in range(block):
+                    next(it)
+                t, c = clock() - t, sum(map(_cpu_ns, pids)) - c
+                if r:  # round 0 warms both up
+                    times[name].append(t / block)
+                    cpu[name].append(c / block)
+                del it
+    finally:
+        use(True)
+    _write(times, out)
+    _write(cpu, out, "CPU (job + watcher)", "a")
+
+
+def _cpu_ns(pid: int) -> int:
+    """CPU time of every thread of process `pid` so far, in ns (0 once it is gone)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def _write(times: dict, out: str, what: str = "wall", mode: str = "w") -> None:
+    with open(out, mode) as f:
+        f.write(f"-- {what} time\n")
         for name, ts in times.items():
             if name == "plain":
                 f.write(f"plain  {statistics.median(ts):7.0f} ns a batch (median block)\n")
@@ -84,18 +163,27 @@ def job(rounds: int, block: int, out: str) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=1500)
-    ap.add_argument("--block", type=int, default=500)
+    ap.add_argument("--rounds", type=int, help="default: 1500 (--workers 0), 60 (with workers)")
+    ap.add_argument("--block", type=int, help="default: 500 (--workers 0), 300 (with workers)")
+    ap.add_argument("--workers", type=int, default=0, help="num_workers (fork); default 0")
     ap.add_argument("--job", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 60 if args.workers else 1500
+    if args.block is None:
+        args.block = 300 if args.workers else 500
     if args.job:
-        job(args.rounds, args.block, args.job)
+        if args.workers:
+            job_workers(args.rounds, args.block, args.workers, args.job)
+        else:
+            job(args.rounds, args.block, args.job)
         return 0
     with tempfile.TemporaryDirectory(prefix="dldoctor-hooks-ab-") as tmp:
         out = os.path.join(tmp, "result.txt")
         me = os.path.abspath(__file__)
         cmd = [sys.executable, "-m", "dldoctor", "run", "-q", "--", sys.executable, me]
-        cmd += ["--rounds", str(args.rounds), "--block", str(args.block), "--job", out]
+        cmd += ["--rounds", str(args.rounds), "--block", str(args.block)]
+        cmd += ["--workers", str(args.workers), "--job", out]
         rc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if not os.path.exists(out):
             sys.stderr.write(rc.stderr[-4000:])
