@@ -24,7 +24,9 @@ job's parent, read from /proc). Three figures per mode:
   busy it is. The steady, conservative figure (a job's CPU per batch itself swings with
   contention, so comparing it across runs is as noisy as the wall ratio); the hooks' own
   cost per batch, inside the job, is measured directly by bench/hooks_ab.py (and one event's
-  by bench/event_python.py). `vs run` is what --live and --trace add.
+  by bench/event_python.py). `vs run` is what --live and --trace add; the mode
+  `run-hooks-out` (the job takes the hooks out at its start, the watcher still samples it)
+  is what the watcher's sampling costs the job apart from the hooks.
 
 Reuses the approach of bench/event_python.py (alternating rounds, median pair ratio, CPU
 figures as the conservative check).
@@ -53,7 +55,11 @@ MODES = {
     "run --trace": ["--trace", "{tmp}/t.json"],
     "run --live": ["--live"],
     "run --live --trace": ["--live", "--trace", "{tmp}/t.json"],
+    # The watcher watching a job whose hooks are taken out at its start: what the watcher's
+    # sampling of /proc costs the job, apart from the hooks.
+    "run-hooks-out": [],
 }
+HOOKS_OUT_ENV = "DLDOCTOR_BENCH_HOOKS_OUT"
 
 JOB = r"""
 import json, os, sys, time
@@ -61,6 +67,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 kind, batches, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+if os.environ.get("{hooks_out}"):
+    from dldoctor.job import hooks
+    hooks.uninstall()
 WARMUP = 200
 BLOCKS = {blocks}
 
@@ -128,7 +137,9 @@ with open(out, "w") as f:
 """
 
 
-def run_in_pty(cmd: list[str], cols: int = 120, rows: int = 40, timeout: float = 300) -> int:
+def run_in_pty(
+    cmd: list[str], cols: int = 120, rows: int = 40, timeout: float = 300, env_extra=None
+) -> int:
     """Runs `cmd` with a pseudo-terminal as its stdin, stdout and stderr; drains the output."""
     import fcntl
     import struct
@@ -137,6 +148,7 @@ def run_in_pty(cmd: list[str], cols: int = 120, rows: int = 40, timeout: float =
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
+    env.update(env_extra or {})
 
     def drain():
         while True:
@@ -183,7 +195,7 @@ def one(mode: str, kind: str, batches: int, tmp: str, job: str) -> dict:
             "--",
             *job_cmd,
         ]
-    rc = run_in_pty(cmd)
+    rc = run_in_pty(cmd, env_extra={HOOKS_OUT_ENV: "1"} if mode == "run-hooks-out" else None)
     if rc != 0 or not os.path.exists(out):
         raise SystemExit(f"{mode}: exit {rc}, no result")
     with open(out) as f:
@@ -234,7 +246,7 @@ def measure(kind: str, rounds: int, batches: int, modes: list[str], budget: floa
     tmp = tempfile.mkdtemp(prefix="dldoctor-overhead-")
     job = os.path.join(tmp, "job.py")
     with open(job, "w") as f:
-        f.write(JOB.replace("{blocks}", str(BLOCKS)))
+        f.write(JOB.replace("{blocks}", str(BLOCKS)).replace("{hooks_out}", HOOKS_OUT_ENV))
     results: dict[str, list[dict]] = {m: [] for m in modes}
     try:
         one("unwatched", kind, min(batches, 2000), tmp, job)  # warm the page cache
