@@ -25,8 +25,22 @@ import tempfile
 import time
 
 
+def _tiny(batches: int):
+    """The worst case: `batches` batches of 8 ints, almost no work per sample."""
+    from torch.utils.data import Dataset
+
+    class Tiny(Dataset):
+        def __len__(self):
+            return batches * 8
+
+        def __getitem__(self, i):
+            return i
+
+    return Tiny()
+
+
 def job(rounds: int, block: int, out: str) -> None:
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import DataLoader
     from torch.utils.data import dataloader as dl
 
     from dldoctor import _ext
@@ -43,15 +57,8 @@ def job(rounds: int, block: int, out: str) -> None:
         "pass": _ext.hot_method("fetch", torch_next),
     }
     settle = 50  # batches after each swap: the interpreter re-specializes the call sites
-
-    class Tiny(Dataset):
-        def __len__(self):
-            return ((block + settle) * rounds * len(variants) + 1000) * 8
-
-        def __getitem__(self, i):
-            return i
-
-    it = iter(DataLoader(Tiny(), batch_size=8, num_workers=0))
+    data = _tiny((block + settle) * rounds * len(variants) + 1000)
+    it = iter(DataLoader(data, batch_size=8, num_workers=0))
     for _ in range(500):
         next(it)
     times: dict[str, list[float]] = {k: [] for k in variants}
@@ -81,7 +88,7 @@ def job_workers(rounds: int, block: int, workers: int, out: str) -> None:
     scheduler; the CPU time the job and its watcher spend per batch (every thread's, in ns
     from /proc/<pid>/task/*/schedstat) is the steadier figure, and what a job that keeps
     every core busy loses."""
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import DataLoader
 
     from dldoctor.job.install import PATCHES
 
@@ -89,15 +96,8 @@ def job_workers(rounds: int, block: int, workers: int, out: str) -> None:
     if not patches:
         raise SystemExit("hooks_ab: the batch hooks are not installed (run it under dldoctor run)")
     settle = 50
-
-    class Tiny(Dataset):
-        def __len__(self):
-            return (block + settle) * 8
-
-        def __getitem__(self, i):
-            return i
-
-    loader = DataLoader(Tiny(), batch_size=8, num_workers=workers, multiprocessing_context="fork")
+    data = _tiny(block + settle)
+    loader = DataLoader(data, batch_size=8, num_workers=workers, multiprocessing_context="fork")
 
     def use(hooked: bool) -> None:
         for owner, name, orig, wrapper in patches:

@@ -576,7 +576,9 @@ PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf,
   trace::BatchSampler& handouts = st->handouts;
   const int loader = st->loader_id;
   const long long idx = st->batches;
-  const uint32_t fetch_weight = first ? 1 : handouts.unmeasured() + 1;
+  // The batch stands for itself and the unmeasured hand-outs before it (what record() below
+  // makes the sampler's weight), in both its events.
+  const uint32_t weight = first ? 1 : handouts.unmeasured() + 1;
   Py_INCREF(st);  // the iterator may drop its state while the fetch runs
   PyObject* profiler = nullptr;
   if (!maybe_profile(c, &profiler)) {
@@ -622,7 +624,7 @@ PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf,
   const long long bytes = detail_bytes(c, detail, data, &go_on);
   const long long samples = c.collate_samples ? c.collate_samples : 1;
   writer_emit(int64_t(EventKind::kWorkerBatch), loader, -1, idx, samples, t0, d, c.collate_ns,
-              detail ? c1 - c0 : -1, bytes, profiled ? trace::kProfiled : 0, fetch_weight);
+              detail ? c1 - c0 : -1, bytes, profiled ? trace::kProfiled : 0, weight);
   if (!go_on) {
     Py_DECREF(data);
     Py_DECREF(st);
@@ -631,7 +633,7 @@ PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf,
   if (!first) handouts.record(true, false, st->last_handout);
   const long long last = st->last_handout;
   writer_emit(int64_t(EventKind::kMainBatch), loader, -1, idx, c.collate_samples, t0, t1 - t0,
-              last ? t0 - last : -1, pin, 0, 0, first ? 1 : handouts.weight());
+              last ? t0 - last : -1, pin, 0, 0, weight);
   return single_handed_out(st, data);
 }
 

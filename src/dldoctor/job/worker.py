@@ -276,19 +276,18 @@ def batch_note(kind: str, loader: int, worker: int, idx: int, indices, **fields)
     note(kind, loader=loader, worker=worker, index=idx, samples=batch_samples(indices), **fields)
 
 
-def fetch_indices(tb):
-    """(True, the indices torch's fetch was called with) when traceback `tb` passes through
-    torch's fetch (`possibly_batched_index`), else (False, None): the exception was raised
-    elsewhere (a sampler, pin_memory)."""
+_FETCH_FILE = os.path.join("_utils", "fetch.py")
+
+
+def fetch_frame(tb):
+    """The frame of torch's fetch that traceback `tb` passes through, else None (the exception
+    was raised elsewhere: a sampler, pin_memory)."""
     while tb is not None:
         code = tb.tb_frame.f_code
         if code.co_name == "fetch" and code.co_filename.endswith(_FETCH_FILE):
-            return True, tb.tb_frame.f_locals.get("possibly_batched_index")
+            return tb.tb_frame
         tb = tb.tb_next
-    return False, None
-
-
-_FETCH_FILE = os.path.join("_utils", "fetch.py")
+    return None
 
 
 def on_fetch_error(
@@ -300,9 +299,10 @@ def on_fetch_error(
     recorded here."""
     try:
         if worker == -1 and indices is None:
-            in_fetch, indices = fetch_indices(e.__traceback__)
-            if not in_fetch:
+            frame = fetch_frame(e.__traceback__)
+            if frame is None:
                 return
+            indices = frame.f_locals.get("possibly_batched_index")
         emit = PROCESS.emit
         if emit is not None:
             emit(K_WORKER_EXCEPTION, loader, worker, idx, 0, t0, _ext.monotonic_ns() - t0)
