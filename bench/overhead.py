@@ -9,10 +9,11 @@ the hooks' worst case), tiny-2 (the same with 2 fork workers: bound by PyTorch's
 inter-process transfer), typical (4 KiB samples, batch 64, 2 workers). Each round runs the
 same job unwatched and under each dldoctor mode, in an order that alternates between rounds,
 all in a pseudo-terminal (`--live` needs one; the others get the same conditions). The load
-average is printed before and after: on a shared machine it says how far to trust a round. The job times its own steady loop (after a warm-up) and reports batches/s
-and the CPU time over that loop of its own processes (main and workers) and of the watcher
-(the dldoctor process: drain, sampler, watchdog, the Python loop and the live panel; the
-job's parent, read from /proc). Three figures per mode:
+average is printed before and after: on a shared machine it says how far to trust a round.
+The job times its own steady loop (after a warm-up) and reports batches/s and the CPU time
+over that loop of its own processes (main and workers) and of the watcher (the dldoctor
+process: drain, sampler, watchdog, the Python loop and the live panel; the job's parent, read
+from /proc). Three figures per mode:
 - wall ratio: the job's batches/s against the unwatched run of the same round (median of
   the rounds). On a shared 2-core machine it swings by +-10% or more with the neighbours:
   each round's ratio is printed too;
@@ -27,6 +28,21 @@ job's parent, read from /proc). Three figures per mode:
   by bench/event_python.py). `vs run` is what --live and --trace add; the mode
   `run-hooks-out` (the job takes the hooks out at its start, the watcher still samples it)
   is what the watcher's sampling costs the job apart from the hooks.
+
+With --interleaved, one job runs for the whole bench under `dldoctor run` and alternates
+epochs between unwatched and watched, U W W U U W ...: an unwatched epoch has every patch of
+dldoctor put back to torch's original and the watcher (the job's parent) stopped with
+SIGSTOP, so nothing of dldoctor runs anywhere; a watched one has the patches as installed and
+the watcher running (the catch-up after its stop lands on the watched side: conservative).
+Each epoch makes a new iterator (its workers fork under its side) and times a block of
+batches after its start-up. Two runs of the same job minutes apart differ by more than the
+cost measured; two epochs a second apart far less. Figures: the throughput kept (all the
+unwatched epochs' time over all the watched ones', the budget's figure) with a bootstrap 90%
+interval over the rounds, the median of the rounds' paired ratios, the CPU kept (job and
+watcher, every thread, per batch) and the watcher's share of a core. `--parts hooks` or
+`--parts watcher` takes only that part out of an unwatched epoch: what each costs alone.
+
+    python bench/overhead.py --interleaved [--kinds tiny-0,tiny-2] [--rounds N] [--parts all]
 
 Reuses the approach of bench/event_python.py (alternating rounds, median pair ratio, CPU
 figures as the conservative check).
@@ -45,6 +61,9 @@ import sys
 import tempfile
 import threading
 
+import torch
+from torch.utils.data import DataLoader, Dataset
+
 # The job times its loop in this many blocks (the steady figure).
 BLOCKS = 100
 # Budget (DESIGN.md section 6) and timed batches per run (a few seconds of loop each).
@@ -61,10 +80,53 @@ MODES = {
 }
 HOOKS_OUT_ENV = "DLDOCTOR_BENCH_HOOKS_OUT"
 
+BENCH = os.path.dirname(os.path.abspath(__file__))
+
+
+class Tiny(Dataset):
+    """The worst case: almost no work per sample, thousands of batches/s."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return i
+
+
+class Typical(Dataset):
+    """4 KiB samples, batch 64."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.base = torch.arange(1024, dtype=torch.float32)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return self.base + i
+
+
+def make_loader(kind: str, batches: int):
+    """The case's DataLoader over `batches` batches."""
+    if kind == "tiny-0":
+        return DataLoader(Tiny(batches * 8), batch_size=8, num_workers=0)
+    if kind == "tiny-2":
+        return DataLoader(
+            Tiny(batches * 8), batch_size=8, num_workers=2, multiprocessing_context="fork"
+        )
+    return DataLoader(
+        Typical(batches * 64), batch_size=64, num_workers=2, multiprocessing_context="fork"
+    )
+
+
 JOB = r"""
 import json, os, sys, time
-import torch
-from torch.utils.data import DataLoader, Dataset
+sys.path.insert(0, {bench!r})
+from overhead import make_loader
 
 kind, batches, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 if os.environ.get("{hooks_out}"):
@@ -72,27 +134,7 @@ if os.environ.get("{hooks_out}"):
     hooks.uninstall()
 WARMUP = 200
 BLOCKS = {blocks}
-
-class Tiny(Dataset):  # the worst case: almost no work per sample, thousands of batches/s
-    def __len__(self):
-        return (batches + WARMUP + 100) * 8
-    def __getitem__(self, i):
-        return i
-
-class Typical(Dataset):  # 4 KiB samples, batch 64
-    def __init__(self):
-        self.base = torch.arange(1024, dtype=torch.float32)
-    def __len__(self):
-        return (batches + WARMUP + 100) * 64
-    def __getitem__(self, i):
-        return self.base + i
-
-if kind == "tiny-0":
-    loader = DataLoader(Tiny(), batch_size=8, num_workers=0)
-elif kind == "tiny-2":
-    loader = DataLoader(Tiny(), batch_size=8, num_workers=2, multiprocessing_context="fork")
-else:
-    loader = DataLoader(Typical(), batch_size=64, num_workers=2, multiprocessing_context="fork")
+loader = make_loader(kind, batches + WARMUP + 100)
 def cpu_of(pid):
     # utime + stime of a whole process, from /proc (10 ms ticks: the loop runs for seconds).
     with open(f"/proc/{pid}/stat") as f:
@@ -202,9 +244,170 @@ def one(mode: str, kind: str, batches: int, tmp: str, job: str) -> dict:
         return json.load(f)
 
 
+# --interleaved: batches a side after `settle` of start-up, and rounds, by case.
+INTERLEAVED = {"tiny-0": (2000, 100, 300), "tiny-2": (1500, 200, 60), "typical": (200, 20, 100)}
+
+
+def interleaved_job(
+    kind: str, rounds: int, block: int, settle: int, out: str, parts: str = "all"
+) -> None:
+    """The job of --interleaved, run under `dldoctor run`: epochs alternate between unwatched
+    (every patch of dldoctor put back to torch's original and the watcher, this process's
+    parent, stopped with SIGSTOP: nothing of dldoctor runs anywhere) and watched (the patches
+    as installed, the watcher running). Each epoch makes a new iterator (forks its workers
+    under its side) and times `block` batches after `settle` of start-up."""
+    import signal
+    import time
+
+    from dldoctor.job.install import PATCHES
+
+    patches = list(PATCHES.applied)
+    if not patches:
+        raise SystemExit("overhead: the hooks are not installed (run it under dldoctor run)")
+    watcher = os.getppid()
+    loader = make_loader(kind, settle + block)
+
+    def use(watched: bool) -> None:
+        # What an unwatched epoch takes out (--parts): the hooks, the watcher, or both.
+        if watched:
+            for owner, name, _orig, wrapper in patches:
+                setattr(owner, name, wrapper)
+            os.kill(watcher, signal.SIGCONT)
+            return
+        if parts in ("all", "watcher"):
+            os.kill(watcher, signal.SIGSTOP)
+            _wait_stopped(watcher)
+        if parts in ("all", "hooks"):
+            for owner, name, orig, _wrapper in patches:
+                setattr(owner, name, orig)
+
+    rows = []
+    clock = time.perf_counter_ns
+    try:
+        for r in range(rounds + 1):
+            for side in ("unwatched", "watched") if r % 2 == 0 else ("watched", "unwatched"):
+                use(side == "watched")
+                it = iter(loader)
+                for _ in range(settle):
+                    next(it)
+                pids = [os.getpid(), watcher] + [w.pid for w in getattr(it, "_workers", ())]
+                c, cw, t = sum(map(_cpu_ns, pids)), _cpu_ns(watcher), clock()
+                for _ in range(block):
+                    next(it)
+                t = clock() - t
+                c, cw = sum(map(_cpu_ns, pids)) - c, _cpu_ns(watcher) - cw
+                del it
+                if r:  # round 0 warms both sides up
+                    rows.append(
+                        {"round": r, "side": side, "wall_ns": t, "cpu_ns": c, "watcher_ns": cw}
+                    )
+    finally:
+        use(True)
+    with open(out, "w") as f:
+        json.dump({"block": block, "rows": rows}, f)
+
+
+def _wait_stopped(pid: int, limit_s: float = 2.0) -> None:
+    """Until process `pid` is stopped (SIGSTOP is delivered asynchronously)."""
+    import time
+
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                    return
+        except OSError:
+            return
+        time.sleep(0.0005)
+
+
+def _cpu_ns(pid: int) -> int:
+    """CPU time of every thread of process `pid` so far, in ns (0 once it is gone)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def interleaved(
+    kind: str, rounds: int | None, block: int | None, budget: float, parts: str = "all"
+) -> None:
+    """Runs interleaved_job under `dldoctor run` and prints its figures."""
+    import random
+    import signal
+
+    d_block, settle, d_rounds = INTERLEAVED[kind]
+    block, rounds = block or d_block, rounds or d_rounds
+    with tempfile.TemporaryDirectory(prefix="dldoctor-overhead-") as tmp:
+        out = os.path.join(tmp, "result.json")
+        cmd = [sys.executable, "-m", "dldoctor", "run", "-q", "--", sys.executable]
+        cmd += [os.path.abspath(__file__), "--interleaved-job", out, "--kinds", kind]
+        cmd += ["--rounds", str(rounds), "--block", str(block), "--settle", str(settle)]
+        cmd += ["--parts", parts]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _, err = p.communicate(timeout=3600)
+        finally:
+            if p.poll() is None:  # the job may have left the watcher stopped
+                os.kill(p.pid, signal.SIGCONT)
+                p.kill()
+                p.wait()
+        if not os.path.exists(out):
+            sys.stderr.write(err[-4000:])
+            raise SystemExit(f"overhead: the interleaved job failed (exit {p.returncode})")
+        with open(out) as f:
+            rows = json.load(f)["rows"]
+    by_round: dict[int, dict[str, dict]] = {}
+    for row in rows:
+        by_round.setdefault(row["round"], {})[row["side"]] = row
+    pairs = [(x["unwatched"], x["watched"]) for x in by_round.values()]
+
+    def kept(ps, key):  # unwatched / watched time per batch over all the pairs: throughput
+        return sum(u[key] for u, _ in ps) / sum(w[key] for _, w in ps)
+
+    wall, cpu = kept(pairs, "wall_ns"), kept(pairs, "cpu_ns")
+    ratios = sorted(u["wall_ns"] / w["wall_ns"] for u, w in pairs)
+    n = len(ratios)
+    rng = random.Random(1)
+    boot = sorted(kept(rng.choices(pairs, k=n), "wall_ns") for _ in range(2000))
+    per = {
+        s: statistics.median(x[s]["wall_ns"] for x in by_round.values()) / block
+        for s in ("unwatched", "watched")
+    }
+    print(
+        f"== interleaved, {kind} job under dldoctor run: {n} rounds of {block} batches a side "
+        f"(after {settle} of start-up); budget >= {budget:.1%}"
+    )
+    print(
+        f"  unwatched {per['unwatched'] / 1000:.1f} us a batch, watched "
+        f"{per['watched'] / 1000:.1f} us (medians)"
+    )
+    verdict = "ok" if wall >= budget else "OVER"
+    print(
+        f"  throughput kept (all rounds' unwatched / watched time): {wall:.4f}  {verdict}\n"
+        f"    bootstrap 90% interval {boot[100]:.4f}-{boot[1899]:.4f}; median of the rounds' "
+        f"ratios {ratios[n // 2]:.4f} (quartiles {ratios[n // 4]:.3f}-{ratios[3 * n // 4]:.3f})"
+    )
+    w_ns = sum(w["watcher_ns"] for _, w in pairs)
+    w_s = sum(w["wall_ns"] for _, w in pairs)
+    print(
+        f"  CPU kept (job and watcher, every thread, per batch): {cpu:.4f}; the watcher used "
+        f"{100 * w_ns / w_s:.2f}% of a core in the watched epochs"
+    )
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, help="default: 5; --interleaved: by case")
     ap.add_argument("--batches", type=int, help="timed batches per run (default: per case)")
     ap.add_argument(
         "--kinds", default="tiny-0,tiny-2", help="comma-separated, of: " + ", ".join(CASES)
@@ -212,7 +415,34 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--modes", default=",".join(MODES), help="comma-separated, of: " + ", ".join(MODES)
     )
+    ap.add_argument(
+        "--interleaved",
+        action="store_true",
+        help="alternate unwatched and watched epochs in one watched job (the budget's figure)",
+    )
+    ap.add_argument("--block", type=int, help="--interleaved: timed batches a side (by case)")
+    ap.add_argument("--settle", type=int, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--parts",
+        choices=("all", "hooks", "watcher"),
+        default="all",
+        help="--interleaved: what an unwatched epoch takes out (default: all)",
+    )
+    ap.add_argument("--interleaved-job", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.interleaved_job:
+        interleaved_job(
+            args.kinds, args.rounds, args.block, args.settle, args.interleaved_job, args.parts
+        )
+        return 0
+    if args.interleaved:
+        print(f"== load before: {_loadavg()}")
+        for kind in [k.strip() for k in args.kinds.split(",")]:
+            if kind not in CASES:
+                raise SystemExit(f"unknown case {kind!r}")
+            interleaved(kind, args.rounds, args.block, CASES[kind][0], args.parts)
+        print(f"== load after: {_loadavg()}")
+        return 0
     modes = [m.strip() for m in args.modes.split(",")]
     if "unwatched" not in modes:
         modes.insert(0, "unwatched")
@@ -226,7 +456,7 @@ def main(argv=None) -> int:
     print(f"== load before: {_loadavg()}")
     for kind in kinds:
         budget, default_batches = CASES[kind]
-        measure(kind, args.rounds, args.batches or default_batches, modes, budget)
+        measure(kind, args.rounds or 5, args.batches or default_batches, modes, budget)
     print(f"== load after: {_loadavg()}")
     return 0
 
@@ -246,7 +476,11 @@ def measure(kind: str, rounds: int, batches: int, modes: list[str], budget: floa
     tmp = tempfile.mkdtemp(prefix="dldoctor-overhead-")
     job = os.path.join(tmp, "job.py")
     with open(job, "w") as f:
-        f.write(JOB.replace("{blocks}", str(BLOCKS)).replace("{hooks_out}", HOOKS_OUT_ENV))
+        f.write(
+            JOB.replace("{blocks}", str(BLOCKS))
+            .replace("{hooks_out}", HOOKS_OUT_ENV)
+            .replace("{bench!r}", repr(BENCH))
+        )
     results: dict[str, list[dict]] = {m: [] for m in modes}
     try:
         one("unwatched", kind, min(batches, 2000), tmp, job)  # warm the page cache
