@@ -24,19 +24,7 @@ import sys
 import tempfile
 import time
 
-
-def _tiny(batches: int):
-    """The worst case: `batches` batches of 8 ints, almost no work per sample."""
-    from torch.utils.data import Dataset
-
-    class Tiny(Dataset):
-        def __len__(self):
-            return batches * 8
-
-        def __getitem__(self, i):
-            return i
-
-    return Tiny()
+from overhead import Tiny, cpu_ns  # the same tiny dataset and CPU reading
 
 
 def job(rounds: int, block: int, out: str) -> None:
@@ -57,7 +45,7 @@ def job(rounds: int, block: int, out: str) -> None:
         "pass": _ext.hot_method("fetch", torch_next),
     }
     settle = 50  # batches after each swap: the interpreter re-specializes the call sites
-    data = _tiny((block + settle) * rounds * len(variants) + 1000)
+    data = Tiny(((block + settle) * rounds * len(variants) + 1000) * 8)
     it = iter(DataLoader(data, batch_size=8, num_workers=0))
     for _ in range(500):
         next(it)
@@ -96,7 +84,7 @@ def job_workers(rounds: int, block: int, workers: int, out: str) -> None:
     if not patches:
         raise SystemExit("hooks_ab: the batch hooks are not installed (run it under dldoctor run)")
     settle = 50
-    data = _tiny(block + settle)
+    data = Tiny((block + settle) * 8)
     loader = DataLoader(data, batch_size=8, num_workers=workers, multiprocessing_context="fork")
 
     def use(hooked: bool) -> None:
@@ -115,10 +103,10 @@ def job_workers(rounds: int, block: int, workers: int, out: str) -> None:
                 for _ in range(settle):
                     next(it)
                 pids = [os.getpid(), watcher] + [w.pid for w in it._workers]
-                c, t = sum(map(_cpu_ns, pids)), clock()
+                c, t = sum(map(cpu_ns, pids)), clock()
                 for _ in range(block):
                     next(it)
-                t, c = clock() - t, sum(map(_cpu_ns, pids)) - c
+                t, c = clock() - t, sum(map(cpu_ns, pids)) - c
                 if r:  # round 0 warms both up
                     times[name].append(t / block)
                     cpu[name].append(c / block)
@@ -127,22 +115,6 @@ def job_workers(rounds: int, block: int, workers: int, out: str) -> None:
         use(True)
     _write(times, out)
     _write(cpu, out, "CPU (job + watcher)", "a")
-
-
-def _cpu_ns(pid: int) -> int:
-    """CPU time of every thread of process `pid` so far, in ns (0 once it is gone)."""
-    total = 0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
 
 
 def _write(times: dict, out: str, what: str = "wall", mode: str = "w") -> None:

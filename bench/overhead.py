@@ -291,11 +291,11 @@ def interleaved_job(
                 for _ in range(settle):
                     next(it)
                 pids = [os.getpid(), watcher] + [w.pid for w in getattr(it, "_workers", ())]
-                c, cw, t = sum(map(_cpu_ns, pids)), _cpu_ns(watcher), clock()
+                c, cw, t = sum(map(cpu_ns, pids)), cpu_ns(watcher), clock()
                 for _ in range(block):
                     next(it)
                 t = clock() - t
-                c, cw = sum(map(_cpu_ns, pids)) - c, _cpu_ns(watcher) - cw
+                c, cw = sum(map(cpu_ns, pids)) - c, cpu_ns(watcher) - cw
                 del it
                 if r:  # round 0 warms both sides up
                     rows.append(
@@ -322,7 +322,7 @@ def _wait_stopped(pid: int, limit_s: float = 2.0) -> None:
         time.sleep(0.0005)
 
 
-def _cpu_ns(pid: int) -> int:
+def cpu_ns(pid: int) -> int:
     """CPU time of every thread of process `pid` so far, in ns (0 once it is gone)."""
     total = 0
     try:
