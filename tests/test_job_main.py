@@ -126,6 +126,112 @@ def test_a_fast_single_process_loop_is_a_sample_with_exact_counts(tmp_path):
     assert any(e.weight > 1 for e in evs if e.kind == K.K_MAIN_BATCH)
 
 
+def _epochs(evs):
+    """Each epoch's events (its loader's, kIterStart .. kIterEnd) with its end event, in the
+    order the epochs ended."""
+    out, open_ = [], {}
+    for e in evs:
+        if e.kind == K.K_ITER_START:
+            open_[e.loader] = []
+        elif e.loader in open_:
+            open_[e.loader].append(e)
+            if e.kind == K.K_ITER_END:
+                out.append((open_.pop(e.loader), e))
+    return out
+
+
+def _counted(mine, end, kind):
+    return sum(max(e.weight, 1) for e in mine if e.kind == kind) + (
+        end.v3 if kind == K.K_MAIN_BATCH else end.v2
+    )
+
+
+def test_fast_loops_cut_short_or_zipped_count_every_batch(tmp_path):
+    # A fast loop's unmeasured hand-outs are counted a run at a time: a loop left mid-run
+    # (its iterator dies, the next one likely at the same address), two fast loaders zipped
+    # (their hand-outs alternate) and a loop restarted each count every batch of each epoch.
+    from torch.utils.data import DataLoader
+
+    ring = _ext.EventRing.create(str(tmp_path / "events.ring"), 1 << 18)
+    n = 40_000
+    a = DataLoader(list(range(8 * n)), batch_size=8)
+    b = DataLoader(list(range(8 * n)), batch_size=8)
+    assert hooks.install(ring.path, str(tmp_path))
+    try:
+        sums = []
+        for cut in (12_345, 23_456):
+            it = iter(a)
+            sums.append(sum(next(it).sum().item() for _ in range(cut)))
+            del it
+        zipped = sum(x.sum().item() + y.sum().item() for x, y in zip(a, b))
+        full = sum(x.sum().item() for x in a)
+    finally:
+        hooks.uninstall()
+    evs = [Event(*e) for e in ring.drain()]
+    ring.close()
+    first = lambda k: sum(range(8 * k))  # noqa: E731
+    assert sums == [first(12_345), first(23_456)]
+    assert zipped == 2 * first(n) == 2 * full
+    epochs = _epochs(evs)
+    assert [(end.index, end.v0) for _, end in epochs] == [
+        (12_345, K.END_SHUTDOWN),
+        (23_456, K.END_SHUTDOWN),
+        (n, K.END_EXHAUSTED),  # a: zip() asks it first
+        (n, K.END_SHUTDOWN),  # b: never asked past its last batch
+        (n, K.END_EXHAUSTED),
+    ]
+    for mine, end in epochs:
+        assert _counted(mine, end, K.K_MAIN_BATCH) == end.index
+        assert _counted(mine, end, K.K_WORKER_BATCH) == end.index
+
+
+class SlowsDown(torch.utils.data.Dataset):
+    """Tens of thousands of tiny batches a second, then batches of 5 ms."""
+
+    def __init__(self, fast: int, slow: int):
+        self.fast, self.n = fast, fast + slow
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i >= self.fast:
+            time.sleep(0.005)
+        return i
+
+
+def test_a_fast_loop_that_slows_down_is_measured_again_within_tens_of_ms(tmp_path):
+    # A loop sampled at tens of thousands of batches a second slows to 5 ms a batch. Its
+    # unmeasured hand-outs go a run at a time, each run planned at the rate so far; a run
+    # looks at the clock every 16 hand-outs, so measuring resumes within a few dozen slow
+    # ones (not after the hundreds planned at the fast rate), goes on at least every 16th,
+    # and takes every one once the rate window has seen the slowdown.
+    from torch.utils.data import DataLoader
+
+    ring = _ext.EventRing.create(str(tmp_path / "events.ring"), 1 << 18)
+    fast, slow = 60_000, 120
+    loader = DataLoader(SlowsDown(fast, slow), batch_size=None)
+    assert hooks.install(ring.path, str(tmp_path))
+    try:
+        t0 = time.monotonic()
+        got = [int(x) for x in loader]
+        elapsed = time.monotonic() - t0
+    finally:
+        hooks.uninstall()
+    evs = [Event(*e) for e in ring.drain()]
+    ring.close()
+    assert got == list(range(fast + slow))
+    measured = {e.index for e in evs if e.kind == K.K_MAIN_BATCH}
+    fast_s = max(elapsed - slow * 0.005, 1e-3)
+    if fast / fast_s > 20_000:  # sampled (unless a crowded machine slowed the loop down)
+        assert len([i for i in measured if i < fast]) < fast / 4
+    late = [i for i in range(fast, fast + slow) if i in measured]
+    assert late and late[0] <= fast + 32, late
+    assert max(b - a for a, b in zip(late, late[1:])) <= 17, late
+    # Two rate windows (100 ms each, closed at a measured one) after the slowdown: 62 at most.
+    assert late[-40:] == list(range(fast + slow - 40, fast + slow)), late
+
+
 def _inline_attributes(obj) -> bool:
     """The interpreter keeps obj's attributes as inline values, not a dict (CPython 3.11+:
     a dict, once made by vars() or a __class__ assignment, stays, and its attribute loads

@@ -464,6 +464,88 @@ TEST(BatchSampler, ADecisionMadeAheadIsRecordedWhenTheBatchComes) {
   EXPECT_EQ(weights + s.unmeasured(), 100'000);  // the last decision's batch never came
 }
 
+namespace {
+
+/// What feed() does, decided a run at a time as a single-process loop's lane does: after each
+/// measured batch plan() says how many go unmeasured, counted with one skipped(n) when the
+/// run ends. Returns {measured, sum of weights}; `longest`: the longest run.
+std::pair<int64_t, int64_t> feed_runs(BatchSampler& s, int64_t n, int64_t per_second, int64_t& t,
+                                      int64_t* longest = nullptr) {
+  const int64_t step = kSecond / per_second;
+  int64_t measured = 0, weights = 0;
+  for (int64_t i = 0; i < n;) {
+    s.record(true, false, t);
+    ++measured;
+    weights += s.weight();
+    ++i;
+    t += step;
+    if (i == n) break;
+    const int64_t run = std::min<int64_t>(s.plan(t), n - i);
+    if (longest != nullptr) *longest = std::max(*longest, run);
+    s.skipped(uint32_t(run));
+    i += run;
+    t += run * step;
+  }
+  return {measured, weights};
+}
+
+}  // namespace
+
+TEST(BatchSampler, ARunAtATimeIsTheSameSampleAsABatchAtATime) {
+  BatchSampler each(11), runs(11);
+  int64_t t1 = kSecond, t2 = kSecond;
+  const int64_t n = 800'000;  // ten seconds at 80,000 batches/s
+  auto [measured, weights] = feed(each, n, 80'000, t1);
+  auto [measured_runs, weights_runs] = feed_runs(runs, n, 80'000, t2);
+  EXPECT_EQ(runs.period(), kFastPeriod);
+  EXPECT_NEAR(double(measured_runs) / double(measured), 1.0, 0.1);
+  EXPECT_EQ(weights_runs + runs.unmeasured(), n);  // every batch counted, the tail included
+  EXPECT_EQ(weights + each.unmeasured(), n);
+}
+
+TEST(BatchSampler, ANormalLoaderPlansNoRun) {
+  BatchSampler s(7);
+  int64_t t = kSecond;
+  auto [measured, weights] = feed_runs(s, 3000, 1500, t);
+  EXPECT_EQ(measured, 3000);
+  EXPECT_EQ(weights, 3000);
+  EXPECT_EQ(s.plan(t), 0u);
+}
+
+TEST(BatchSampler, ARunLastsAtMostTheGapAllowedUnmeasured) {
+  using dldoctor::trace::kMaxUnmeasuredNs;
+  for (const int64_t rate : {80'000, 1'000'000}) {
+    BatchSampler s(29);
+    int64_t t = kSecond, longest = 0;
+    feed_runs(s, rate * 5, rate, t, &longest);  // five seconds
+    EXPECT_LE(longest, rate * kMaxUnmeasuredNs / kSecond) << rate;
+    EXPECT_LT(longest, int64_t(dldoctor::trace::kMaxWeight)) << rate;
+    EXPECT_GT(longest, int64_t(s.period())) << rate;  // a geometric gap, not a fixed stride
+  }
+}
+
+TEST(BatchSampler, RandomRunsDoNotLineUpWithAPeriodicJob) {
+  BatchSampler s(5);
+  int64_t t = kSecond;
+  double true_sum = 0, sampled_sum = 0;
+  int64_t i = 0;
+  const int64_t n = 2'000'000, step = kSecond / 80'000;
+  auto cost = [](int64_t k) { return k % 64 == 0 ? 1000.0 : 1.0; };
+  for (int64_t k = 0; k < n; ++k) true_sum += cost(k);
+  while (i < n) {
+    s.record(true, false, t);
+    sampled_sum += cost(i) * s.weight();
+    ++i;
+    t += step;
+    const int64_t run = std::min<int64_t>(s.plan(t), n - i);
+    s.skipped(uint32_t(run));
+    i += run;
+    t += run * step;
+  }
+  EXPECT_EQ(s.period(), kFastPeriod);
+  EXPECT_NEAR(sampled_sum / true_sum, 1.0, 0.1);
+}
+
 TEST(BatchSampler, WeightsFitAnEventAndAResumedStreamStartsSampled) {
   BatchSampler s(17);
   int64_t t = kSecond;

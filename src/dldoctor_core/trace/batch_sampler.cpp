@@ -3,6 +3,7 @@
 #include "dldoctor_core/trace/batch_sampler.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "dldoctor_core/common/clock.hpp"
 
@@ -27,6 +28,9 @@ void BatchSampler::reset(uint64_t seed) noexcept {
   last_measured_ns_ = 0;
   window_start_ns_ = 0;
   window_fetches_ = 0;
+  per_second_ = 0;
+  last_plan_ns_ = 0;
+  plan_fetches_ = 0;
 }
 
 void BatchSampler::resume(uint32_t period) noexcept { period_ = floor_pow2(int64_t(period)); }
@@ -38,19 +42,50 @@ uint64_t BatchSampler::next_random() noexcept {
   return rng_ * 0x2545F4914F6CDD1Dull;
 }
 
-bool BatchSampler::decide(int64_t now_ns) noexcept {
+void BatchSampler::count_next(int64_t now_ns) noexcept {
   if (window_start_ns_ == 0) window_start_ns_ = now_ns;
   ++window_fetches_;
+  ++plan_fetches_;
   if (const int64_t dt = now_ns - window_start_ns_; dt >= kRateWindowNs) {
     // fetches/s over the window, divided by the measured rate wanted: the period.
-    const int64_t per_second = window_fetches_ * 1'000'000'000 / dt;
-    period_ = per_second < kSampleAbovePerSecond ? 1 : floor_pow2(per_second / kMeasuredPerSecond);
+    per_second_ = window_fetches_ * 1'000'000'000 / dt;
+    period_ =
+        per_second_ < kSampleAbovePerSecond ? 1 : floor_pow2(per_second_ / kMeasuredPerSecond);
     window_start_ns_ = now_ns;
     window_fetches_ = 0;
   }
+}
+
+bool BatchSampler::decide(int64_t now_ns) noexcept {
+  count_next(now_ns);
   return period_ == 1 || unmeasured_ + 1 >= kMaxWeight ||
          now_ns - last_measured_ns_ >= kMaxUnmeasuredNs ||
          (next_random() >> 32 & (period_ - 1)) == 0;
+}
+
+uint32_t BatchSampler::plan(int64_t now_ns) noexcept {
+  // The rate since the previous plan: the fetches of its run and the measured one after it.
+  const int64_t since = last_plan_ns_ != 0 ? now_ns - last_plan_ns_ : 0;
+  const int64_t recent = plan_fetches_;
+  plan_fetches_ = 0;
+  count_next(now_ns);  // the next fetch: the first of those the next plan() looks back on
+  last_plan_ns_ = now_ns;
+  if (period_ == 1) return 0;
+  // Fetches before the first one a Bernoulli(1 / period) sample picks: floor(log(u) /
+  // log(1 - 1/period)) for u uniform in (0, 1].
+  const double u = double((next_random() >> 11) + 1) * 0x1.0p-53;
+  const double gap = std::floor(std::log(u) / std::log1p(-1.0 / double(period_)));
+  // What decide() would stop at: the weight's limit, and kMaxUnmeasuredNs at the last rate
+  // (before a first full window: one period).
+  int64_t rate = per_second_;
+  if (since > 0 && recent > 0) {
+    const int64_t recent_rate = recent * 1'000'000'000 / since;
+    rate = rate > 0 ? std::min(rate, recent_rate) : recent_rate;
+  }
+  int64_t most = rate > 0 ? rate * kMaxUnmeasuredNs / 1'000'000'000 : period_;
+  most = std::min<int64_t>(most, int64_t(kMaxWeight) - 2 - int64_t(unmeasured_));
+  if (most <= 0) return 0;
+  return gap >= double(most) ? uint32_t(most) : uint32_t(gap);
 }
 
 bool BatchSampler::record(bool sampled, bool force, int64_t now_ns) noexcept {

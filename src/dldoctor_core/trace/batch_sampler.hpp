@@ -53,6 +53,20 @@ class BatchSampler {
   uint32_t weight() const noexcept { return weight_; }
   /// Fetches skipped since the last measured one.
   uint32_t unmeasured() const noexcept { return unmeasured_; }
+  /// The decision on a run of fetches instead of the next one alone: how many of the
+  /// fetches after this one go unmeasured before the next measured one (0: the next is
+  /// measured). The same sample as calling decide() at each (a geometric gap of mean
+  /// period() - 1), cut so the run lasts at most about kMaxUnmeasuredNs at the slower of the
+  /// last window's rate and the rate since the previous plan() (a loop that just slowed down
+  /// plans short runs before its window shows it); their bookkeeping is one skipped(n) when
+  /// the run ends. `now_ns` from the precise clock: runs are short.
+  uint32_t plan(int64_t now_ns) noexcept;
+  /// `n` fetches went unmeasured without a decision each (a run plan() allowed).
+  void skipped(uint32_t n) noexcept {
+    unmeasured_ += n;
+    window_fetches_ += n;
+    plan_fetches_ += n;
+  }
   /// The unmeasured tail, handed over once when the stream ends (then 0).
   uint32_t take_unmeasured() noexcept;
   /// Current period: about one fetch in period() is measured.
@@ -67,6 +81,8 @@ class BatchSampler {
 
  private:
   uint64_t next_random() noexcept;
+  /// Counts the next fetch in the rate window; a window that is over sets the period.
+  void count_next(int64_t now_ns) noexcept;
 
   uint64_t rng_ = 1;
   uint32_t period_ = 1;
@@ -76,6 +92,9 @@ class BatchSampler {
   int64_t last_measured_ns_ = 0;
   int64_t window_start_ns_ = 0;
   int64_t window_fetches_ = 0;
+  int64_t per_second_ = 0;    ///< the last full window's rate (0: none yet)
+  int64_t last_plan_ns_ = 0;  ///< the previous plan() (0: none)
+  int64_t plan_fetches_ = 0;  ///< fetches counted since then
 };
 
 }  // namespace dldoctor::trace
