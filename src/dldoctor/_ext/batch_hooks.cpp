@@ -690,8 +690,8 @@ PyObject* lane_next(HotMethod* m, PyObject* const* args, size_t nargsf) {
 /// for: straggler_worker, the only rule that names them, needs two workers.
 PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
   auto* m = reinterpret_cast<HotMethod*>(self);
-  if (Lane& l = g_lane; args[0] == l.it && l.left != 0 && !l.busy && kw == nullptr &&
-                        PyVectorcall_NARGS(nargsf) == 1)
+  if (Lane& l = g_lane; PyVectorcall_NARGS(nargsf) == 1 && args[0] == l.it && l.left != 0 &&
+                        !l.busy && kw == nullptr)
     return lane_next(m, args, nargsf);
   IterState* st = next_state(args, nargsf, kw);
   if (st != nullptr) lane_fold_for(st);
