@@ -51,6 +51,13 @@ constexpr int64_t kDetailAlwaysNs = 250'000;
 constexpr uint64_t kDetailEvery = 16;
 // CUDA memory is read at a batch hand-out at most this often (a note a second sizes a batch).
 constexpr int64_t kCudaMemoryEveryNs = 1'000'000'000;
+// Measured hand-outs a second of a fast single-process loop (its sampler's, instead of a
+// worker's trace::kMeasuredPerSecond): such a hand-out is its batch's fetch and hand-out at
+// once, timed in the process the loop runs in, and, coming once in hundreds of batches, it
+// runs cold. A tiny-batch loop kept 0.974 of its throughput at 250-500 a second, 0.989 with
+// almost none (bench/hooks_ab.py; a pass-through hook 0.992); 64-128 a second is still
+// 640-1,280 batches in a rule's 10 s window.
+constexpr int64_t kHandoutsMeasuredPerSecond = 64;
 constexpr int64_t kLongAgoNs = int64_t{1} << 62;
 // Hand-out samplers remembered per loader (a new epoch goes on from its loader's last);
 // past this many loaders the memory starts over.
@@ -988,7 +995,8 @@ PyObject* iter_new(PyTypeObject* tp, PyObject* args, PyObject* kwds) {
   auto* st = reinterpret_cast<IterState*>(tp->tp_alloc(tp, 0));
   if (st == nullptr) return nullptr;
   st->stream = new (std::nothrow) FetchStream();
-  new (&st->handouts) trace::BatchSampler();  // trivially destructible: no delete
+  // trivially destructible: no delete
+  new (&st->handouts) trace::BatchSampler(0, kHandoutsMeasuredPerSecond);
   st->died = PySet_New(nullptr);
   if (st->stream == nullptr || st->died == nullptr) {
     Py_DECREF(st);
@@ -1290,6 +1298,7 @@ void register_batch_hooks(nb::module_& m) {
         d["detail_every"] = kDetailEvery;
         d["cuda_memory_every_ns"] = kCudaMemoryEveryNs;
         d["measured_per_second"] = trace::kMeasuredPerSecond;
+        d["handouts_measured_per_second"] = kHandoutsMeasuredPerSecond;
         d["sample_above_per_second"] = trace::kSampleAbovePerSecond;
         d["max_unmeasured_ns"] = trace::kMaxUnmeasuredNs;
         d["slow_fetch_factor"] = trace::kSlowFetchFactor;

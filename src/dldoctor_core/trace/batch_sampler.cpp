@@ -50,7 +50,7 @@ void BatchSampler::count_next(int64_t now_ns) noexcept {
     // fetches/s over the window, divided by the measured rate wanted: the period.
     per_second_ = window_fetches_ * 1'000'000'000 / dt;
     period_ =
-        per_second_ < kSampleAbovePerSecond ? 1 : floor_pow2(per_second_ / kMeasuredPerSecond);
+        per_second_ < kSampleAbovePerSecond ? 1 : floor_pow2(per_second_ / measured_per_second_);
     window_start_ns_ = now_ns;
     window_fetches_ = 0;
   }

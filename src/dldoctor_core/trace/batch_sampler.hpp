@@ -34,7 +34,13 @@ inline constexpr uint32_t kMaxWeight = 65535;
 /// the rate windows and the gap between measured fetches.
 class BatchSampler {
  public:
-  explicit BatchSampler(uint64_t seed = 0) noexcept { reset(seed); }
+  /// `measured_per_second`: what a fast stream keeps (kMeasuredPerSecond unless its measured
+  /// fetches cost more where they run).
+  explicit BatchSampler(uint64_t seed = 0,
+                        int64_t measured_per_second = kMeasuredPerSecond) noexcept
+      : measured_per_second_(measured_per_second > 0 ? measured_per_second : 1) {
+    reset(seed);
+  }
 
   /// A fetch of this stream starts at `now_ns`. True: measure it (its event stands for
   /// weight() fetches). `force`: measure it whatever the sample says (a profiled fetch);
@@ -84,6 +90,7 @@ class BatchSampler {
   /// Counts the next fetch in the rate window; a window that is over sets the period.
   void count_next(int64_t now_ns) noexcept;
 
+  int64_t measured_per_second_;
   uint64_t rng_ = 1;
   uint32_t period_ = 1;
   uint32_t weight_ = 1;
