@@ -1,8 +1,9 @@
 // Which batches of one stream (one worker's fetches, or a single-process iterator's hand-outs)
 // are measured in full and written to the ring. A stream slower than kSampleAbovePerSecond fetches
 // a second has every fetch measured; a faster one a random sample of about kMeasuredPerSecond a
-// second, each event standing for the fetches since the previous one (Event::weight), so batch
-// counts stay exact and weighted sums unbiased. Chosen before a fetch runs, never by its duration.
+// second (or the rate its sampler was made with), each event standing for the fetches since the
+// previous one (Event::weight), so batch counts stay exact and weighted sums unbiased. Chosen
+// before a fetch runs, never by its duration: one at a time (decide) or a run at a time (plan).
 #pragma once
 
 #include <cstdint>
