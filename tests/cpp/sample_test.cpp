@@ -309,6 +309,39 @@ TEST(SampleSampler, SmapsOfThePreferredOnly) {
   }
 }
 
+TEST(SampleSampler, APreferredProcessIsReadAtOnceWhateverTheBudgetOwes) {
+  // The first smaps read of this process empties a tiny bucket; a preferred child forked
+  // after it is read on its first pass all the same (its memory series' baseline), while
+  // this process, due again, waits for the bucket.
+  Sampler sampler(getpid(), SamplerOptions{.smaps_every = 1, .smaps_budget_pct = 1e-6});
+  const int me = getpid();
+  Snapshot first = sampler.sample_once();
+  ASSERT_FALSE(first.processes.empty());
+  EXPECT_TRUE(first.processes.front().smaps_fresh);
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  sampler.set_smaps_priority([child](int pid) { return pid == child; });
+  std::optional<ProcessSample> mine, theirs;
+  for (int tries = 0; tries < 200 && !theirs; ++tries) {
+    Snapshot s = sampler.sample_once();
+    for (const ProcessSample& p : s.processes) {
+      if (p.pid == me) mine = p;
+      if (p.pid == child) theirs = p;
+    }
+    if (!theirs) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_TRUE(theirs);
+  EXPECT_TRUE(theirs->smaps_fresh);
+  EXPECT_TRUE(theirs->private_dirty_bytes);
+  ASSERT_TRUE(mine);
+  EXPECT_FALSE(mine->smaps_fresh);
+}
+
 TEST(SampleSampler, SelfFirstRatesOnSecondPass) {
   Sampler sampler(getpid(), SamplerOptions{.smaps_every = 1, .threads = true});
   Snapshot first = sampler.sample_once();

@@ -164,7 +164,10 @@ Snapshot Sampler::State::pass() {
 void Sampler::State::read_smaps(Snapshot& snap, const std::vector<ProcessReader*>& readers) {
   // A token bucket of CPU time, refilled at smaps_budget_pct of wall time and holding at most
   // one smaps_every cycle's worth: processes due are read, longest-waiting first, while it is
-  // not empty. Cheap processes are all read on schedule; expensive ones spread out.
+  // not empty. Cheap processes are all read on schedule; expensive ones spread out. A
+  // preferred process's first read is taken even from an empty bucket (and owed like any
+  // other): it is the baseline of its memory series, and a worker that starts while the
+  // bucket is paying for earlier reads would otherwise show only the growth after its second.
   const bool capped = options.smaps_budget_pct > 0;
   const int64_t now = now_ns();
   if (capped) {
@@ -195,7 +198,7 @@ void Sampler::State::read_smaps(Snapshot& snap, const std::vector<ProcessReader*
   }
   std::sort(due.begin(), due.end());
   for (auto [later, last, i] : due) {
-    if (capped && smaps_tokens_ns <= 0) break;
+    if (capped && smaps_tokens_ns <= 0 && (later || last != 0)) break;
     smaps_tokens_ns -= double(readers[i]->read_smaps(buf, passes, snap.processes[i]));
   }
 }
