@@ -231,14 +231,16 @@ class FailureNotes:
                 }
             )
 
-    def new_risks(self) -> list[dict]:
-        """Warnings of RISK_IDS in the streaming findings not said before (once a second)."""
+    def new_risks(self, streaming=None) -> list[dict]:
+        """Warnings of RISK_IDS in the streaming findings not said before (once a second).
+        `streaming`: returns those findings (the watcher's shared decision); by default the
+        monitor's own."""
         now = time.monotonic_ns()
         if now < self._next_risks_ns:
             return []
         self._next_risks_ns = now + RISKS_EVERY_NS
         try:
-            findings = self.monitor.findings(False)
+            findings = streaming() if streaming is not None else self.monitor.findings(False)
         except Exception:
             return []
         out = []

@@ -64,6 +64,8 @@ class Watcher:
         self.facts: dict = {}
         self.started_ns: int | None = None
         self._first_named: str | None = None
+        self._decided: dict | None = None  # the last streaming decision (streaming())
+        self._decided_until_ns = 0
         # The early notices printed while the job ran ({id, title, seen_s, held_until_s}):
         # the final report names each one it does not confirm.
         self.notices: list[dict] = []
@@ -93,10 +95,11 @@ class Watcher:
         self.monitor.start(root_pid)
 
     # -- while running ---------------------------------------------------------------
-    def poll(self) -> None:
-        """Feed new side-log records (profiles of __getitem__, exceptions) to the analyzer."""
+    def poll(self, final: bool = False) -> None:
+        """Feed new side-log records (profiles of __getitem__, exceptions) to the analyzer.
+        `final`: the run's last poll, which reads every side log to its end."""
         self.failures.poll()
-        for rec in self.side.poll():
+        for rec in self.side.poll(everything=final):
             self.side_records.append(rec)
             self.failures.on_record(rec)
             if rec.get("type") == "iter_start" and rec.get("loader") is not None:
@@ -133,8 +136,18 @@ class Watcher:
             "rank_loader": 1 + sum(1 for i in same if i < loader),
         }
 
+    def streaming(self) -> dict:
+        """The streaming decision ({verdict, findings} over the recent window), made at most
+        once every NAMED_EVERY_NS and shared by the notices, the risks and the live view:
+        each rules pass reads the window's batches again."""
+        now = time.monotonic_ns()
+        if self._decided is None or now >= self._decided_until_ns:
+            self._decided = self.monitor.decide(False)
+            self._decided_until_ns = now + NAMED_EVERY_NS
+        return self._decided
+
     def streaming_verdict(self) -> tuple[str, dict | None]:
-        decided = self.monitor.decide(False)
+        decided = self.streaming()
         verdict, findings = decided["verdict"], decided["findings"]
         top = findings[0] if findings and verdict not in ("healthy", "unknown") else None
         return verdict, top
@@ -148,7 +161,7 @@ class Watcher:
         self._next_named_ns = now + NAMED_EVERY_NS
         if self._first_named is not None and not self.notices:
             return None
-        decided = self.monitor.decide(False)
+        decided = self.streaming()
         verdict, findings = decided["verdict"], decided["findings"]
         t_s = round((now - (self.started_ns or now)) / 1e9, 1)
         held = {f["id"] for f in findings if f.get("severity") == "critical"}
@@ -169,7 +182,7 @@ class Watcher:
     def new_risks(self) -> list[dict]:
         """Warnings of a failure to come (/dev/shm, fds, GPU memory), each once, while the
         job still runs."""
-        return self.failures.new_risks()
+        return self.failures.new_risks(lambda: self.streaming()["findings"])
 
     def new_hang(self) -> dict | None:
         """The hang doctor's newest capture and findings, once per hang."""
@@ -188,7 +201,7 @@ class Watcher:
     # -- end -------------------------------------------------------------------------
     def finish(self, command=None, exit_code=None) -> _report.Report:
         self.monitor.stop()
-        self.poll()
+        self.poll(final=True)
         return self._build(command, exit_code)
 
     def _build(self, command, exit_code) -> _report.Report:
