@@ -198,7 +198,8 @@ void Sampler::State::read_smaps(Snapshot& snap, const std::vector<ProcessReader*
   }
   std::sort(due.begin(), due.end());
   for (auto [later, last, i] : due) {
-    if (capped && smaps_tokens_ns <= 0 && (later || last != 0)) break;
+    const bool baseline = first && !later && last == 0;  // a preferred process's first read
+    if (capped && smaps_tokens_ns <= 0 && !baseline) break;
     smaps_tokens_ns -= double(readers[i]->read_smaps(buf, passes, snap.processes[i]));
   }
 }
