@@ -342,6 +342,25 @@ TEST(SampleSampler, APreferredProcessIsReadAtOnceWhateverTheBudgetOwes) {
   EXPECT_FALSE(mine->smaps_fresh);
 }
 
+TEST(SampleSampler, AFlatProcessIsReadLessOftenUntilItsMemoryGrows) {
+  // Every pass is a smaps period here: a process whose private memory stays flat is read
+  // again after 1, 2, 4 ... periods; a growth brings it back to every period.
+  Sampler sampler(getpid(), SamplerOptions{.smaps_every = 1, .smaps_budget_pct = 0});
+  auto fresh = [&] {
+    Snapshot s = sampler.sample_once();
+    return !s.processes.empty() && s.processes.front().smaps_fresh;
+  };
+  std::vector<bool> seen;
+  for (int i = 0; i < 4; ++i) seen.push_back(fresh());
+  EXPECT_EQ(seen, (std::vector<bool>{true, true, false, true}));
+  std::vector<char> grown(16 << 20);
+  for (size_t i = 0; i < grown.size(); i += 4096) grown[i] = char(i);  // 16 MiB written
+  seen.clear();
+  for (int i = 0; i < 5; ++i) seen.push_back(fresh());
+  EXPECT_EQ(seen, (std::vector<bool>{false, false, false, true, true}));
+  EXPECT_NE(grown[4096], 1);
+}
+
 TEST(SampleSampler, SelfFirstRatesOnSecondPass) {
   Sampler sampler(getpid(), SamplerOptions{.smaps_every = 1, .threads = true});
   Snapshot first = sampler.sample_once();

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "dldoctor_core/common/clock.hpp"
@@ -271,6 +272,9 @@ int64_t ProcessReader::read_smaps(ReadBuffer& buf, uint64_t pass, ProcessSample&
   if (auto text = read_whole(proc_path(pid_, "smaps_rollup").c_str(), buf)) {
     smaps = parse_smaps_rollup(*text);
   }
+  const bool flat = private_dirty_bytes_ && smaps.private_dirty_bytes &&
+                    *smaps.private_dirty_bytes - *private_dirty_bytes_ < kSmapsGrowingBytes;
+  smaps_backoff_ = flat ? std::min(smaps_backoff_ * 2, kSmapsMaxBackoff) : 1;
   pss_bytes_ = out.pss_bytes = smaps.pss_bytes;
   private_dirty_bytes_ = out.private_dirty_bytes = smaps.private_dirty_bytes;
   out.smaps_fresh = true;

@@ -51,6 +51,15 @@ class ProcessReader {
   /// The pass of the last smaps_rollup read (0: never).
   uint64_t smaps_pass() const noexcept { return smaps_pass_; }
 
+  /// How many of the sampler's smaps periods (SamplerOptions::smaps_every) its next
+  /// smaps_rollup read waits: 1 while the process's private memory grows (by
+  /// kSmapsGrowingBytes or more from one read to the next), doubling up to kSmapsMaxBackoff
+  /// while it does not. The series is read for a growth (cow_memory_growth), which a flat
+  /// process does not have, and each read walks every page the process maps.
+  uint32_t smaps_backoff() const noexcept { return smaps_backoff_; }
+  static constexpr int64_t kSmapsGrowingBytes = 1 << 20;
+  static constexpr uint32_t kSmapsMaxBackoff = 8;
+
  private:
   struct ThreadState {
     ProcFile schedstat;
@@ -95,6 +104,7 @@ class ProcessReader {
   std::optional<double> rchar_per_s_, read_bytes_per_s_;
   std::optional<int64_t> status_rss_bytes_, pss_bytes_, private_dirty_bytes_, open_fds_;
   uint64_t smaps_pass_ = 0;
+  uint32_t smaps_backoff_ = 1;
   std::string wchan_;
   bool wchan_fresh_ = false;  // wchan_ was read while the process slept, and it still sleeps
 };

@@ -191,7 +191,8 @@ void Sampler::State::read_smaps(Snapshot& snap, const std::vector<ProcessReader*
   std::vector<std::tuple<bool, uint64_t, size_t>> due;
   for (size_t i = 0; i < readers.size(); ++i) {
     const uint64_t last = readers[i]->smaps_pass();
-    if (last != 0 && passes - last < uint64_t(options.smaps_every)) continue;
+    if (last != 0 && passes - last < uint64_t(options.smaps_every) * readers[i]->smaps_backoff())
+      continue;
     const bool later = first && !(*first)(snap.processes[i].pid);
     if (later && options.smaps_preferred_only) continue;
     due.emplace_back(later, last, i);

@@ -19,7 +19,9 @@ namespace dldoctor::sample {
 struct SamplerOptions {
   int64_t interval_ns = 100'000'000;  ///< between the starts of two passes
   int smaps_every = 10;   ///< smaps_rollup, status (context switches) and io are read every
-                          ///< Nth pass of a process, its fd count and the wait channel of a
+                          ///< Nth pass of a process (smaps_rollup up to every 8N-th while
+                          ///< the process's private memory stays flat: ProcessReader::
+                          ///< smaps_backoff), its fd count and the wait channel of a
                           ///< sleeper every 5N-th; /proc/stat, meminfo, /dev/shm, swap, PSI and
                           ///< the /proc listing (new members) every Nth pass; between, the last
                           ///< values (and rates over the last such window) are repeated
