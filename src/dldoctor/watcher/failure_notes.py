@@ -231,16 +231,15 @@ class FailureNotes:
                 }
             )
 
-    def new_risks(self, streaming=None) -> list[dict]:
+    def new_risks(self, streaming) -> list[dict]:
         """Warnings of RISK_IDS in the streaming findings not said before (once a second).
-        `streaming`: returns those findings (the watcher's shared decision); by default the
-        monitor's own."""
+        `streaming`: returns those findings (the watcher's shared decision)."""
         now = time.monotonic_ns()
         if now < self._next_risks_ns:
             return []
         self._next_risks_ns = now + RISKS_EVERY_NS
         try:
-            findings = streaming() if streaming is not None else self.monitor.findings(False)
+            findings = streaming()
         except Exception:
             return []
         out = []
