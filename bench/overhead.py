@@ -79,6 +79,7 @@ MODES = {
     "run-hooks-out": [],
 }
 HOOKS_OUT_ENV = "DLDOCTOR_BENCH_HOOKS_OUT"
+PIN_ENV = "DLDOCTOR_BENCH_PIN"
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 
@@ -142,6 +143,11 @@ def cpu_of(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 it = iter(loader)
+if os.environ.get("{pin}"):  # --pin: the main process on one CPU, its workers on another
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, cpus[:1])
+    for w in getattr(it, "_workers", ()):
+        os.sched_setaffinity(w.pid, cpus[1:2])
 for _ in range(WARMUP):
     next(it)
 # The job's CPU over the timed loop: this process and its workers. The watcher is the job's
@@ -218,7 +224,7 @@ def run_in_pty(
     return rc
 
 
-def one(mode: str, kind: str, batches: int, tmp: str, job: str) -> dict:
+def one(mode: str, kind: str, batches: int, tmp: str, job: str, pin: bool = False) -> dict:
     out = os.path.join(tmp, "result.json")
     if os.path.exists(out):
         os.remove(out)
@@ -237,7 +243,10 @@ def one(mode: str, kind: str, batches: int, tmp: str, job: str) -> dict:
             "--",
             *job_cmd,
         ]
-    rc = run_in_pty(cmd, env_extra={HOOKS_OUT_ENV: "1"} if mode == "run-hooks-out" else None)
+    env = {HOOKS_OUT_ENV: "1"} if mode == "run-hooks-out" else {}
+    if pin:
+        env[PIN_ENV] = "1"
+    rc = run_in_pty(cmd, env_extra=env)
     if rc != 0 or not os.path.exists(out):
         raise SystemExit(f"{mode}: exit {rc}, no result")
     with open(out) as f:
@@ -249,13 +258,24 @@ INTERLEAVED = {"tiny-0": (2000, 100, 300), "tiny-2": (1500, 200, 60), "typical":
 
 
 def interleaved_job(
-    kind: str, rounds: int, block: int, settle: int, out: str, parts: str = "all"
+    kind: str,
+    rounds: int,
+    block: int,
+    settle: int,
+    out: str,
+    parts: str = "all",
+    pin: bool = False,
+    one_epoch: bool = False,
 ) -> None:
     """The job of --interleaved, run under `dldoctor run`: epochs alternate between unwatched
     (every patch of dldoctor put back to torch's original and the watcher, this process's
     parent, stopped with SIGSTOP: nothing of dldoctor runs anywhere) and watched (the patches
     as installed, the watcher running). Each epoch makes a new iterator (forks its workers
-    under its side) and times `block` batches after `settle` of start-up."""
+    under its side) and times `block` batches after `settle` of start-up. `pin`: the main
+    process on the first CPU it may use, its workers on the second, in every epoch alike.
+    `one_epoch`: one iterator for the whole bench, whose blocks alternate with the watcher
+    stopped and running (the workers' hooks cannot be taken out mid-epoch): what the watcher
+    costs a loader's steady state, without the start-up of new workers every second."""
     import signal
     import time
 
@@ -265,7 +285,12 @@ def interleaved_job(
     if not patches:
         raise SystemExit("overhead: the hooks are not installed (run it under dldoctor run)")
     watcher = os.getppid()
-    loader = make_loader(kind, settle + block)
+    if one_epoch and parts != "watcher":
+        raise SystemExit("overhead: --one-epoch takes the watcher alone out (--parts watcher)")
+    loader = make_loader(kind, settle + block * (2 * rounds + 2 if one_epoch else 1))
+    cpus = sorted(os.sched_getaffinity(0))
+    if pin and len(cpus) < 2:
+        raise SystemExit("overhead: --pin needs 2 CPUs")
 
     def use(watched: bool) -> None:
         # What an unwatched epoch takes out (--parts): the hooks, the watcher, or both.
@@ -281,25 +306,47 @@ def interleaved_job(
             for owner, name, orig, _wrapper in patches:
                 setattr(owner, name, orig)
 
+    def start():  # a new iterator (its workers forked now), settled
+        if pin:
+            os.sched_setaffinity(0, cpus)  # the workers fork with both, then move
+        it = iter(loader)
+        workers = [w.pid for w in getattr(it, "_workers", ())]
+        if pin:
+            os.sched_setaffinity(0, cpus[:1])
+            for w in workers:
+                os.sched_setaffinity(w, cpus[1:2])
+        for _ in range(settle):
+            next(it)
+        return it, [os.getpid(), watcher, *workers]
+
     rows = []
     clock = time.perf_counter_ns
+    if one_epoch:
+        it, pids = start()
     try:
         for r in range(rounds + 1):
             for side in ("unwatched", "watched") if r % 2 == 0 else ("watched", "unwatched"):
                 use(side == "watched")
-                it = iter(loader)
-                for _ in range(settle):
-                    next(it)
-                pids = [os.getpid(), watcher] + [w.pid for w in getattr(it, "_workers", ())]
-                c, cw, t = sum(map(cpu_ns, pids)), cpu_ns(watcher), clock()
+                if not one_epoch:
+                    it, pids = start()
+                c, cw, cm, t = sum(map(cpu_ns, pids)), cpu_ns(watcher), cpu_ns(pids[0]), clock()
                 for _ in range(block):
                     next(it)
                 t = clock() - t
                 c, cw = sum(map(cpu_ns, pids)) - c, cpu_ns(watcher) - cw
-                del it
+                cm = cpu_ns(pids[0]) - cm
+                if not one_epoch:
+                    del it
                 if r:  # round 0 warms both sides up
                     rows.append(
-                        {"round": r, "side": side, "wall_ns": t, "cpu_ns": c, "watcher_ns": cw}
+                        {
+                            "round": r,
+                            "side": side,
+                            "wall_ns": t,
+                            "cpu_ns": c,
+                            "watcher_ns": cw,
+                            "main_ns": cm,
+                        }
                     )
     finally:
         use(True)
@@ -339,7 +386,13 @@ def cpu_ns(pid: int) -> int:
 
 
 def interleaved(
-    kind: str, rounds: int | None, block: int | None, budget: float, parts: str = "all"
+    kind: str,
+    rounds: int | None,
+    block: int | None,
+    budget: float,
+    parts: str = "all",
+    pin: bool = False,
+    one_epoch: bool = False,
 ) -> None:
     """Runs interleaved_job under `dldoctor run` and prints its figures."""
     import random
@@ -352,7 +405,8 @@ def interleaved(
         cmd = [sys.executable, "-m", "dldoctor", "run", "-q", "--", sys.executable]
         cmd += [os.path.abspath(__file__), "--interleaved-job", out, "--kinds", kind]
         cmd += ["--rounds", str(rounds), "--block", str(block), "--settle", str(settle)]
-        cmd += ["--parts", parts]
+        cmd += ["--parts", parts] + (["--pin"] if pin else [])
+        cmd += ["--one-epoch"] if one_epoch else []
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             _, err = p.communicate(timeout=3600)
@@ -385,7 +439,9 @@ def interleaved(
     }
     print(
         f"== interleaved, {kind} job under dldoctor run: {n} rounds of {block} batches a side "
-        f"(after {settle} of start-up); budget >= {budget:.1%}"
+        f"(after {settle} of start-up){', pinned' if pin else ''}"
+        f"{', in one epoch' if one_epoch else ''}, {parts} taken out of an unwatched side; "
+        f"budget >= {budget:.1%}"
     )
     print(
         f"  unwatched {per['unwatched'] / 1000:.1f} us a batch, watched "
@@ -399,9 +455,14 @@ def interleaved(
     )
     w_ns = sum(w["watcher_ns"] for _, w in pairs)
     w_s = sum(w["wall_ns"] for _, w in pairs)
+    main = kept(pairs, "main_ns")
+    workers = sum(u["cpu_ns"] - u["watcher_ns"] - u["main_ns"] for u, _ in pairs) / sum(
+        w["cpu_ns"] - w["watcher_ns"] - w["main_ns"] for _, w in pairs
+    )
     print(
-        f"  CPU kept (job and watcher, every thread, per batch): {cpu:.4f}; the watcher used "
-        f"{100 * w_ns / w_s:.2f}% of a core in the watched epochs"
+        f"  CPU kept (job and watcher, every thread, per batch): {cpu:.4f} (main process "
+        f"{main:.4f}, workers {workers:.4f}); the watcher used {100 * w_ns / w_s:.2f}% of a "
+        "core in the watched epochs"
     )
 
 
@@ -428,11 +489,30 @@ def main(argv=None) -> int:
         default="all",
         help="--interleaved: what an unwatched epoch takes out (default: all)",
     )
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="the main process on one CPU, its workers on another, in every run or epoch "
+        "alike (a run's wall time then does not swing with where the scheduler puts them)",
+    )
+    ap.add_argument(
+        "--one-epoch",
+        action="store_true",
+        help="--interleaved --parts watcher: one iterator whose blocks alternate with the "
+        "watcher stopped and running (a loader's steady state, no new workers each side)",
+    )
     ap.add_argument("--interleaved-job", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.interleaved_job:
         interleaved_job(
-            args.kinds, args.rounds, args.block, args.settle, args.interleaved_job, args.parts
+            args.kinds,
+            args.rounds,
+            args.block,
+            args.settle,
+            args.interleaved_job,
+            args.parts,
+            args.pin,
+            args.one_epoch,
         )
         return 0
     if args.interleaved:
@@ -440,7 +520,9 @@ def main(argv=None) -> int:
         for kind in [k.strip() for k in args.kinds.split(",")]:
             if kind not in CASES:
                 raise SystemExit(f"unknown case {kind!r}")
-            interleaved(kind, args.rounds, args.block, CASES[kind][0], args.parts)
+            interleaved(
+                kind, args.rounds, args.block, CASES[kind][0], args.parts, args.pin, args.one_epoch
+            )
         print(f"== load after: {_loadavg()}")
         return 0
     modes = [m.strip() for m in args.modes.split(",")]
@@ -456,7 +538,7 @@ def main(argv=None) -> int:
     print(f"== load before: {_loadavg()}")
     for kind in kinds:
         budget, default_batches = CASES[kind]
-        measure(kind, args.rounds or 5, args.batches or default_batches, modes, budget)
+        measure(kind, args.rounds or 5, args.batches or default_batches, modes, budget, args.pin)
     print(f"== load after: {_loadavg()}")
     return 0
 
@@ -470,7 +552,9 @@ def _loadavg() -> str:
         return "unknown"
 
 
-def measure(kind: str, rounds: int, batches: int, modes: list[str], budget: float) -> None:
+def measure(
+    kind: str, rounds: int, batches: int, modes: list[str], budget: float, pin: bool = False
+) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     tmp = tempfile.mkdtemp(prefix="dldoctor-overhead-")
@@ -479,6 +563,7 @@ def measure(kind: str, rounds: int, batches: int, modes: list[str], budget: floa
         f.write(
             JOB.replace("{blocks}", str(BLOCKS))
             .replace("{hooks_out}", HOOKS_OUT_ENV)
+            .replace("{pin}", PIN_ENV)
             .replace("{bench!r}", repr(BENCH))
         )
     results: dict[str, list[dict]] = {m: [] for m in modes}
@@ -496,7 +581,7 @@ def measure(kind: str, rounds: int, batches: int, modes: list[str], budget: floa
                 order = modes if r % 2 == 0 else list(reversed(modes))
                 for m in order:
                     progress.update(task, description=f"round {r + 1}/{rounds}: {m}")
-                    results[m].append(one(m, kind, batches, tmp, job))
+                    results[m].append(one(m, kind, batches, tmp, job, pin))
                     progress.advance(task)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -504,7 +589,8 @@ def measure(kind: str, rounds: int, batches: int, modes: list[str], budget: floa
     base = results["unwatched"]
     print(
         f"== dldoctor run overhead, {kind} job, {rounds} rounds of "
-        f"{batches} batches; budget >= {budget:.1%} of unwatched throughput"
+        f"{batches} batches{', pinned' if pin else ''}; budget >= {budget:.1%} of unwatched "
+        "throughput"
     )
     print(
         f"  {'mode':19s} {'batches/s':>9s} {'wall ratio':>10s} {'steady':>7s} {'job CPU':>10s} "

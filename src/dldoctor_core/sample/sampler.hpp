@@ -38,8 +38,9 @@ struct SamplerOptions {
                                 ///< growth over samples needs, while a 64-worker tree stays
                                 ///< within the same total; 0: smaps_budget_pct alone
   bool smaps_preferred_only = false;  ///< read smaps_rollup only of the processes the
-                                      ///< set_smaps_priority callback prefers (an attached
-                                      ///< job: its workers' memory is the series a rule reads)
+                                      ///< set_smaps_priority callback prefers (a watched or
+                                      ///< attached job: its workers' memory is the series a
+                                      ///< rule reads, and a walk stalls the process walked)
   bool threads = false;   ///< fill ProcessSample::threads
   bool gpus = false;      ///< read the GPUs through NVML every pass (their process lists, to
                           ///< find the tree's processes, every smaps_every-th pass)
