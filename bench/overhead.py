@@ -124,10 +124,18 @@ def make_loader(kind: str, batches: int):
     )
 
 
+def pin(it, cpus: list[int]) -> None:
+    """--pin: this (main) process on the first of `cpus`, the iterator's workers on the
+    second; the same placement on both sides of a comparison."""
+    os.sched_setaffinity(0, cpus[:1])
+    for w in getattr(it, "_workers", ()):
+        os.sched_setaffinity(w.pid, cpus[1:2])
+
+
 JOB = r"""
 import json, os, sys, time
 sys.path.insert(0, {bench!r})
-from overhead import make_loader
+from overhead import make_loader, pin
 
 kind, batches, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 if os.environ.get("{hooks_out}"):
@@ -143,11 +151,8 @@ def cpu_of(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 it = iter(loader)
-if os.environ.get("{pin}"):  # --pin: the main process on one CPU, its workers on another
-    cpus = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, cpus[:1])
-    for w in getattr(it, "_workers", ()):
-        os.sched_setaffinity(w.pid, cpus[1:2])
+if os.environ.get("{pin}"):
+    pin(it, sorted(os.sched_getaffinity(0)))
 for _ in range(WARMUP):
     next(it)
 # The job's CPU over the timed loop: this process and its workers. The watcher is the job's
@@ -224,7 +229,7 @@ def run_in_pty(
     return rc
 
 
-def one(mode: str, kind: str, batches: int, tmp: str, job: str, pin: bool = False) -> dict:
+def one(mode: str, kind: str, batches: int, tmp: str, job: str, pinned: bool = False) -> dict:
     out = os.path.join(tmp, "result.json")
     if os.path.exists(out):
         os.remove(out)
@@ -244,7 +249,7 @@ def one(mode: str, kind: str, batches: int, tmp: str, job: str, pin: bool = Fals
             *job_cmd,
         ]
     env = {HOOKS_OUT_ENV: "1"} if mode == "run-hooks-out" else {}
-    if pin:
+    if pinned:
         env[PIN_ENV] = "1"
     rc = run_in_pty(cmd, env_extra=env)
     if rc != 0 or not os.path.exists(out):
@@ -264,14 +269,14 @@ def interleaved_job(
     settle: int,
     out: str,
     parts: str = "all",
-    pin: bool = False,
+    pinned: bool = False,
     one_epoch: bool = False,
 ) -> None:
     """The job of --interleaved, run under `dldoctor run`: epochs alternate between unwatched
     (every patch of dldoctor put back to torch's original and the watcher, this process's
     parent, stopped with SIGSTOP: nothing of dldoctor runs anywhere) and watched (the patches
     as installed, the watcher running). Each epoch makes a new iterator (forks its workers
-    under its side) and times `block` batches after `settle` of start-up. `pin`: the main
+    under its side) and times `block` batches after `settle` of start-up. `pinned`: the main
     process on the first CPU it may use, its workers on the second, in every epoch alike.
     `one_epoch`: one iterator for the whole bench, whose blocks alternate with the watcher
     stopped and running (the workers' hooks cannot be taken out mid-epoch): what the watcher
@@ -289,7 +294,7 @@ def interleaved_job(
         raise SystemExit("overhead: --one-epoch takes the watcher alone out (--parts watcher)")
     loader = make_loader(kind, settle + block * (2 * rounds + 2 if one_epoch else 1))
     cpus = sorted(os.sched_getaffinity(0))
-    if pin and len(cpus) < 2:
+    if pinned and len(cpus) < 2:
         raise SystemExit("overhead: --pin needs 2 CPUs")
 
     def use(watched: bool) -> None:
@@ -307,17 +312,14 @@ def interleaved_job(
                 setattr(owner, name, orig)
 
     def start():  # a new iterator (its workers forked now), settled
-        if pin:
+        if pinned:
             os.sched_setaffinity(0, cpus)  # the workers fork with both, then move
         it = iter(loader)
-        workers = [w.pid for w in getattr(it, "_workers", ())]
-        if pin:
-            os.sched_setaffinity(0, cpus[:1])
-            for w in workers:
-                os.sched_setaffinity(w, cpus[1:2])
+        if pinned:
+            pin(it, cpus)
         for _ in range(settle):
             next(it)
-        return it, [os.getpid(), watcher, *workers]
+        return it, [os.getpid(), watcher, *(w.pid for w in getattr(it, "_workers", ()))]
 
     rows = []
     clock = time.perf_counter_ns
@@ -391,7 +393,7 @@ def interleaved(
     block: int | None,
     budget: float,
     parts: str = "all",
-    pin: bool = False,
+    pinned: bool = False,
     one_epoch: bool = False,
 ) -> None:
     """Runs interleaved_job under `dldoctor run` and prints its figures."""
@@ -405,7 +407,7 @@ def interleaved(
         cmd = [sys.executable, "-m", "dldoctor", "run", "-q", "--", sys.executable]
         cmd += [os.path.abspath(__file__), "--interleaved-job", out, "--kinds", kind]
         cmd += ["--rounds", str(rounds), "--block", str(block), "--settle", str(settle)]
-        cmd += ["--parts", parts] + (["--pin"] if pin else [])
+        cmd += ["--parts", parts] + (["--pin"] if pinned else [])
         cmd += ["--one-epoch"] if one_epoch else []
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
@@ -439,7 +441,7 @@ def interleaved(
     }
     print(
         f"== interleaved, {kind} job under dldoctor run: {n} rounds of {block} batches a side "
-        f"(after {settle} of start-up){', pinned' if pin else ''}"
+        f"(after {settle} of start-up){', pinned' if pinned else ''}"
         f"{', in one epoch' if one_epoch else ''}, {parts} taken out of an unwatched side; "
         f"budget >= {budget:.1%}"
     )
@@ -553,7 +555,7 @@ def _loadavg() -> str:
 
 
 def measure(
-    kind: str, rounds: int, batches: int, modes: list[str], budget: float, pin: bool = False
+    kind: str, rounds: int, batches: int, modes: list[str], budget: float, pinned: bool = False
 ) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -581,7 +583,7 @@ def measure(
                 order = modes if r % 2 == 0 else list(reversed(modes))
                 for m in order:
                     progress.update(task, description=f"round {r + 1}/{rounds}: {m}")
-                    results[m].append(one(m, kind, batches, tmp, job, pin))
+                    results[m].append(one(m, kind, batches, tmp, job, pinned))
                     progress.advance(task)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -589,7 +591,7 @@ def measure(
     base = results["unwatched"]
     print(
         f"== dldoctor run overhead, {kind} job, {rounds} rounds of "
-        f"{batches} batches{', pinned' if pin else ''}; budget >= {budget:.1%} of unwatched "
+        f"{batches} batches{', pinned' if pinned else ''}; budget >= {budget:.1%} of unwatched "
         "throughput"
     )
     print(
