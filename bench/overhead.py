@@ -348,6 +348,7 @@ def interleaved_job(
                             "cpu_ns": c,
                             "watcher_ns": cw,
                             "main_ns": cm,
+                            "workers_ns": c - cw - cm,
                         }
                     )
     finally:
@@ -458,9 +459,7 @@ def interleaved(
     w_ns = sum(w["watcher_ns"] for _, w in pairs)
     w_s = sum(w["wall_ns"] for _, w in pairs)
     main = kept(pairs, "main_ns")
-    workers = sum(u["cpu_ns"] - u["watcher_ns"] - u["main_ns"] for u, _ in pairs) / sum(
-        w["cpu_ns"] - w["watcher_ns"] - w["main_ns"] for _, w in pairs
-    )
+    workers = kept(pairs, "workers_ns")
     print(
         f"  CPU kept (job and watcher, every thread, per batch): {cpu:.4f} (main process "
         f"{main:.4f}, workers {workers:.4f}); the watcher used {100 * w_ns / w_s:.2f}% of a "
