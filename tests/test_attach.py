@@ -159,6 +159,7 @@ def test_collate_deadlock_lock_inherited_through_fork(tmp_path):
     no_traceback(r)
 
 
+@pytest.mark.alone  # its spawned workers must start within the wait
 def test_collate_deadlock_healthy_twin_is_quiet(tmp_path):
     with job(scenario("collate_deadlock", "--healthy", "--seconds", "120"), workers=2) as p:
         r = attach(p.pid, tmp_path)
@@ -192,6 +193,7 @@ def test_worker_hang_healthy_twin_is_quiet(tmp_path):
 # -- throughput while it runs ----------------------------------------------------------------
 
 
+@pytest.mark.alone  # named from the workers' CPU time
 def test_slow_getitem_with_the_hot_frame(tmp_path):
     with job(scenario("slow_getitem", "--seconds", "120")) as p:
         r = attach(p.pid, tmp_path)
@@ -211,6 +213,7 @@ def test_slow_getitem_with_the_hot_frame(tmp_path):
     assert "dldoctor verdict" not in r.stderr and "attached to pid" in r.stderr, r.stderr
 
 
+@pytest.mark.alone  # its silence is read from CPU time
 def test_slow_getitem_healthy_twin_is_quiet(tmp_path):
     with job(scenario("slow_getitem", "--healthy", "--seconds", "120")) as p:
         r = attach(p.pid, tmp_path)
@@ -260,6 +263,7 @@ def test_cow_memory_growth_healthy_twin_is_quiet(tmp_path):
 # -- the job found from a torchrun agent -----------------------------------------------------
 
 
+@pytest.mark.alone  # ranks: many processes at once
 def test_ranks_found_from_the_torchrun_agent(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     cmd += [os.path.join(SCENARIOS, "_ranks.py"), "--seconds", "120"]
@@ -345,6 +349,7 @@ def unprivileged() -> list[str]:
     return [setpriv, "--ruid=nobody", "--bounding-set=-sys_ptrace", "--"]
 
 
+@pytest.mark.alone  # slow_getitem, named from the workers' CPU time
 def test_permission_refused_says_the_fix_and_keeps_the_proc_findings(tmp_path):
     prefix = unprivileged()
     with job(scenario("slow_getitem", "--seconds", "120")) as p:

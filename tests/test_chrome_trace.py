@@ -195,6 +195,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.alone  # a loop of thousands of batches a second: CPU-bound
 def test_a_fast_loop_is_shown_as_the_sample_it_is(tmp_path):
     job = tmp_path / "fast.py"
     job.write_text(FAST_JOB)

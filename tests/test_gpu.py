@@ -33,6 +33,9 @@ FAKE_NVML_SRC = os.path.join(ROOT, "tests", "cpp", "support", "fake_nvml.cpp")
 CHECK = [sys.executable, "-m", "dldoctor", "check", "--no-cuda", "--json", "-"]
 GIB = 1 << 30
 NO_DRIVER = "libnvidia-ml.so.1 not found (no NVIDIA driver on this machine)"
+# The runs are slow_getitem jobs, named from their workers' CPU time: nothing beside them
+# (tests/conftest.py).
+pytestmark = pytest.mark.alone
 
 without_driver = pytest.mark.skipif(
     _ext.collect_facts()["gpu"]["measured"] or bool(os.environ.get("DLDOCTOR_NVML_LIBRARY")),

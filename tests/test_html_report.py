@@ -16,7 +16,8 @@ from _chromium import Chromium, chromium_path
 from dldoctor.reporters.evidence import grouped, short_paths
 from doctor_run import run_doctor, scenario
 
-pytestmark = pytest.mark.scenario
+# Its report is a slow_getitem run's, named from the workers' CPU time: nothing beside it.
+pytestmark = [pytest.mark.scenario, pytest.mark.alone]
 pytest.importorskip("plotly", reason="the HTML report needs plotly (pip install 'dldoctor[html]')")
 needs_chromium = pytest.mark.skipif(
     chromium_path() is None, reason="no chromium (tools/install installs Debian's chromium)"

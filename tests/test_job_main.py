@@ -200,6 +200,7 @@ class SlowsDown(torch.utils.data.Dataset):
         return i
 
 
+@pytest.mark.alone  # timed in tens of ms
 def test_a_fast_loop_that_slows_down_is_measured_again_within_tens_of_ms(tmp_path):
     # A loop sampled at tens of thousands of batches a second slows to 5 ms a batch. Its
     # unmeasured hand-outs go a run at a time, each run planned at the rate so far; a run

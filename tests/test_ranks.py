@@ -12,6 +12,9 @@ from dldoctor import ranks
 from dldoctor.report import loader_label, loader_labels
 from doctor_run import catalog, run_doctor, run_entry, scenario
 
+# Each run starts ranks (many processes at once): nothing beside it (tests/conftest.py).
+pytestmark = pytest.mark.alone
+
 
 @pytest.mark.parametrize(
     "env, want",

@@ -152,6 +152,7 @@ def test_shell_script_and_python_dash_m_are_instrumented(tmp_path):
     assert r.report["loaders"][0]["batches"] > 10
 
 
+@pytest.mark.alone  # the bottleneck is named from CPU time, while the job runs
 def test_streaming_verdict_names_the_bottleneck_while_the_job_runs(tmp_path):
     """The early notice comes within 15 s of the loader's first batch, long before exit."""
     out = tmp_path / "r.json"
@@ -190,6 +191,7 @@ def test_streaming_verdict_names_the_bottleneck_while_the_job_runs(tmp_path):
     assert report["exit_code"] != 0  # the job was interrupted
 
 
+@pytest.mark.alone  # a CPU-bound getitem named, and a fast loader's silence
 def test_watch_and_profile_api(tmp_path):
     script = write(
         tmp_path,

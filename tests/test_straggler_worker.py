@@ -7,7 +7,8 @@ import pytest
 
 from doctor_run import catalog, run_entry
 
-pytestmark = pytest.mark.scenario
+# The catalog entry's run, reused: nothing beside it, as the entry.
+pytestmark = [pytest.mark.scenario, pytest.mark.alone]
 
 
 def test_slow_samples_named_are_the_slow_ones(tmp_path):

@@ -9,6 +9,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+# The trials' job waits on sleeps: it may run beside other such tests (tests/conftest.py).
+pytestmark = pytest.mark.waits
+
 # A loader whose __getitem__ waits 20 ms (a remote source answering), one worker, a loop
 # that only steps a counter. With CRASH_FROM set, any worker with id >= CRASH_FROM kills
 # itself with SIGSEGV in worker_init_fn: the job then fails as torch reports a dead worker.

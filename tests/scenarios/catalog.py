@@ -45,6 +45,8 @@ bench/accuracy.py runs them all and prints a confusion table. Each entry:
 A check too specific for data lives in tests/test_<id>.py and reuses the entry's run
 (doctor_run.run_entry caches it).
 
+runs_alone(entry) says which entries tools/test runs with no other test beside them.
+
 NO_SCENARIO gives, for each finding id (or a case of one) that no entry produces, the reason
 it cannot be made here; tests/test_ids.py checks that every id has one or the other.
 """
@@ -1035,6 +1037,30 @@ def by_name(name: str) -> dict:
         if e["name"] == name:
             return e
     raise KeyError(f"no scenario {name!r} in the catalog")
+
+
+# The scripts whose runs need the machine to themselves, and why: another test's load beside
+# them would change what they prove. With the entries that start ranks (many processes at
+# once), tools/test runs them one at a time with no other test beside them; the rest wait (on
+# sleeps, I/O, a hang, a fault) and run beside each other.
+CPU_READ = "the finding, or the twin's silence, is read from CPU shares, run-queue delay or rates"
+ALONE = {
+    "too_many_workers": CPU_READ,
+    "main_process_bound": CPU_READ,
+    "thread_oversubscription": CPU_READ,
+    "slow_getitem": CPU_READ,
+    "slow_collate": CPU_READ,
+    "worker_startup_cost": CPU_READ,
+    "straggler_worker": CPU_READ,
+    "straggler_rank": CPU_READ,
+    # Seen: beside three other tests its spawned workers took the whole run to import torch.
+    "collate_deadlock": "its twin's spawned workers must start and serve batches within 6 s",
+}
+
+
+def runs_alone(entry: dict) -> bool:
+    """Whether the entry's run needs the machine to itself (see ALONE)."""
+    return entry["script"] in ALONE or entry.get("ranks", 0) > 0
 
 
 def is_twin(entry: dict) -> bool:
