@@ -301,3 +301,19 @@ def test_report_prints_to_stdout_and_run_names_its_json(tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert "dldoctor verdict: unknown" in proc.stdout and again.exists()
+
+
+def test_exit_wait_sleeps_until_the_job_ends_and_keeps_its_code():
+    from dldoctor.watcher.job_run import ExitWait
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(0.4); raise SystemExit(3)"]
+    )
+    wait_exit = ExitWait(child)
+    with pytest.raises(subprocess.TimeoutExpired):
+        wait_exit(0.05)
+    assert wait_exit(30) == 3
+    assert wait_exit.fd == -1  # the pidfd is closed once the job is reaped
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    killed.kill()
+    assert ExitWait(killed)(30) == -9
