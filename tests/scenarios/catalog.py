@@ -1039,22 +1039,23 @@ def by_name(name: str) -> dict:
     raise KeyError(f"no scenario {name!r} in the catalog")
 
 
-# The scripts whose runs need the machine to themselves, and why: another test's load beside
-# them would change what they prove. With the entries that start ranks (many processes at
-# once), tools/test runs them one at a time with no other test beside them; the rest wait (on
+# The scripts whose runs need the machine to themselves: another test's load beside them would
+# change what they prove. With the entries that start ranks (many processes at once),
+# tools/test runs them one at a time with no other test beside them; the rest wait (on
 # sleeps, I/O, a hang, a fault) and run beside each other.
-CPU_READ = "the finding, or the twin's silence, is read from CPU shares, run-queue delay or rates"
 ALONE = {
-    "too_many_workers": CPU_READ,
-    "main_process_bound": CPU_READ,
-    "thread_oversubscription": CPU_READ,
-    "slow_getitem": CPU_READ,
-    "slow_collate": CPU_READ,
-    "worker_startup_cost": CPU_READ,
-    "straggler_worker": CPU_READ,
-    "straggler_rank": CPU_READ,
-    # Seen: beside three other tests its spawned workers took the whole run to import torch.
-    "collate_deadlock": "its twin's spawned workers must start and serve batches within 6 s",
+    # The finding, or the twin's silence, is read from CPU shares, run-queue delay or rates.
+    "too_many_workers",
+    "main_process_bound",
+    "thread_oversubscription",
+    "slow_getitem",
+    "slow_collate",
+    "worker_startup_cost",
+    "straggler_worker",
+    "straggler_rank",
+    # Its twin's spawned workers must start and serve batches within 6 s: beside three other
+    # tests they took the whole run to import torch.
+    "collate_deadlock",
 }
 
 
