@@ -39,6 +39,24 @@ def end(proc):
     proc.wait()
 
 
+def asleep(*pids, timeout=5.0):
+    """Waits until each process sleeps (state S): past exec and the loader, its pages mapped.
+    Sampled straight after Popen, a child under load can still be mid-exec, with an RSS of 0."""
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while True:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "S":
+                    break
+            assert time.monotonic() < deadline, f"process {pid} never went to sleep"
+            time.sleep(0.005)
+
+
+def children_of(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+
+
 def over(sampler, seconds):
     """Two passes `seconds` apart; the second carries the rates over that window."""
     sampler.sample_once()
@@ -66,6 +84,7 @@ def wait_for_children(sampler, count, timeout=5.0):
 def test_snapshot_shape_and_first_pass_unknown():
     proc = spawn("sleep", "30", start_new_session=True)
     try:
+        asleep(proc.pid)
         sampler = _ext.Sampler(proc.pid)
         snap = sampler.sample_once()
         assert set(snap) == {"t_ns", "cost_ns", "seq", "machine", "gpu", "processes"}
@@ -239,7 +258,11 @@ def test_children_that_come_and_go_are_no_error():
 def test_smaps_reads_stay_within_their_cpu_budget():
     root = spawn("sh", "-c", "sleep 30 & sleep 30 & sleep 30 & wait", start_new_session=True)
     try:
-        time.sleep(0.1)
+        deadline = time.monotonic() + 5
+        while len(children_of(root.pid)) < 3:
+            assert time.monotonic() < deadline, "the three sleeps never started"
+            time.sleep(0.005)
+        asleep(root.pid, *children_of(root.pid))
         # A budget too small for more than the first read: the others stay unknown, not 0.
         starved = _ext.Sampler(root.pid, smaps_budget_pct=1e-6).sample_once()["processes"]
         assert len(starved) == 4
