@@ -195,6 +195,7 @@ def test_threads_are_listed_when_thread_sampling_is_on():
         # A single-threaded process is its own one thread.
         sleeper = spawn("sleep", "30", start_new_session=True)
         try:
+            asleep(sleeper.pid)
             one = root_of(over(_ext.Sampler(sleeper.pid, threads=True), 0.02), sleeper.pid)
             assert [(t["tid"], t["state"], t["comm"]) for t in one["threads"]] == [
                 (sleeper.pid, "S", "sleep")
