@@ -342,6 +342,41 @@ TEST(SampleSampler, APreferredProcessIsReadAtOnceWhateverTheBudgetOwes) {
   EXPECT_FALSE(mine->smaps_fresh);
 }
 
+TEST(SampleSampler, AYoungProcessIsFirstReadOnceItIsOldEnough) {
+  // smaps_min_age_ns: a child forked now is listed at once but its smaps_rollup waits until
+  // it has existed that long (start ticks are 10 ms coarse: the checks keep clear of it).
+  constexpr int64_t kMinAgeNs = 400'000'000;
+  Sampler sampler(getpid(), SamplerOptions{.smaps_every = 1, .smaps_budget_pct = 0,
+                                           .smaps_min_age_ns = kMinAgeNs});
+  const auto forked = std::chrono::steady_clock::now();
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  auto child_sample = [&]() -> std::optional<ProcessSample> {
+    for (const ProcessSample& p : sampler.sample_once().processes)
+      if (p.pid == child) return p;
+    return std::nullopt;
+  };
+  auto elapsed = [&] { return std::chrono::steady_clock::now() - forked; };
+  std::optional<ProcessSample> young;
+  for (int tries = 0; tries < 100 && !young; ++tries) young = child_sample();
+  const bool still_young = elapsed() < std::chrono::milliseconds(300);
+  std::this_thread::sleep_until(forked + std::chrono::milliseconds(450));
+  std::optional<ProcessSample> old = child_sample();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_TRUE(young);
+  if (still_young) {
+    EXPECT_FALSE(young->smaps_fresh);
+    EXPECT_FALSE(young->pss_bytes);
+  }
+  ASSERT_TRUE(old);
+  EXPECT_TRUE(old->smaps_fresh);
+  EXPECT_TRUE(old->pss_bytes);
+}
+
 TEST(SampleSampler, AFlatProcessIsReadLessOftenUntilItsMemoryGrows) {
   // Every pass is a smaps period here: a process whose private memory stays flat is read
   // again after 1, 2, 4 ... periods; a growth brings it back to every period.

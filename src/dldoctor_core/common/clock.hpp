@@ -14,6 +14,13 @@ inline int64_t now_ns() noexcept {
   return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+/// Nanoseconds on CLOCK_BOOTTIME: the clock of a process's start time in /proc/<pid>/stat.
+inline int64_t boot_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 /// CPU time of the calling thread, in nanoseconds.
 inline int64_t thread_cpu_ns() noexcept {
   timespec ts;

@@ -110,6 +110,8 @@ class Monitor {
 
   /// The sampler's whole CPU budget, % of one core (DESIGN.md section 6).
   static constexpr double kSamplerBudgetPct = 1.0;
+  /// A worker's first smaps_rollup read waits until it is this old (Monitor::start).
+  static constexpr int64_t kWorkerSmapsMinAgeNs = 2'000'000'000;
   /// Worker pids whose pools are read at most (maps and environ: ~0.4 ms a worker).
   static constexpr size_t kMaxProbed = 4096;
   std::unordered_set<int> probed_;  // pids whose pools were read; sampler thread only

@@ -266,6 +266,11 @@ void ProcessReader::read_slow(PassContext& ctx, int64_t t_ns, bool rare) {
   if (rare) open_fds_ = fd_dir_.count(ctx.buf);
 }
 
+std::optional<int64_t> ProcessReader::age_ns(int64_t boot_now_ns) const noexcept {
+  if (!start_ticks_) return std::nullopt;
+  return boot_now_ns - *start_ticks_ * tick_ns();
+}
+
 int64_t ProcessReader::read_smaps(ReadBuffer& buf, uint64_t pass, ProcessSample& out) {
   const int64_t cpu_start = thread_cpu_ns();
   SmapsRollup smaps;

@@ -48,6 +48,10 @@ class ProcessReader {
   /// imported torch), which the sampler budgets.
   int64_t read_smaps(ReadBuffer& buf, uint64_t pass, ProcessSample& out);
 
+  /// How long the process has existed (from its start time in stat), as of `boot_now_ns`
+  /// (CLOCK_BOOTTIME); unknown before the first read.
+  std::optional<int64_t> age_ns(int64_t boot_now_ns) const noexcept;
+
   /// The pass of the last smaps_rollup read (0: never).
   uint64_t smaps_pass() const noexcept { return smaps_pass_; }
 

@@ -189,10 +189,15 @@ void Sampler::State::read_smaps(Snapshot& snap, const std::vector<ProcessReader*
   // (not preferred, pass of the last read, index): preferred processes first, then the
   // longest waiting.
   std::vector<std::tuple<bool, uint64_t, size_t>> due;
+  const int64_t boot_now = options.smaps_min_age_ns > 0 ? boot_ns() : 0;
   for (size_t i = 0; i < readers.size(); ++i) {
     const uint64_t last = readers[i]->smaps_pass();
     if (last != 0 && passes - last < uint64_t(options.smaps_every) * readers[i]->smaps_backoff())
       continue;
+    if (last == 0 && options.smaps_min_age_ns > 0) {
+      const std::optional<int64_t> age = readers[i]->age_ns(boot_now);
+      if (!age || *age < options.smaps_min_age_ns) continue;
+    }
     const bool later = first && !(*first)(snap.processes[i].pid);
     if (later && options.smaps_preferred_only) continue;
     due.emplace_back(later, last, i);

@@ -41,6 +41,9 @@ struct SamplerOptions {
                                       ///< set_smaps_priority callback prefers (a watched or
                                       ///< attached job: its workers' memory is the series a
                                       ///< rule reads, and a walk stalls the process walked)
+  int64_t smaps_min_age_ns = 0;  ///< a process's first smaps_rollup read waits until it has
+                                 ///< existed this long (see Monitor::start: a loader whose
+                                 ///< workers live about a second each epoch); 0: read at once
   bool threads = false;   ///< fill ProcessSample::threads
   bool gpus = false;      ///< read the GPUs through NVML every pass (their process lists, to
                           ///< find the tree's processes, every smaps_every-th pass)
