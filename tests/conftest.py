@@ -1,7 +1,8 @@
 """Fixtures the job-hook tests share, and which tests may run beside which.
 
 tools/test runs the suite in three phases (pytest-xdist, a test module's tests in one
-process: they share module fixtures and cached runs), by the marks set here:
+process: they share module fixtures and cached runs; the catalog's runs, which share
+nothing, each on their own), by the marks set here:
   - unmarked: no real bottleneck and nothing timed: two modules at a time;
   - `waits`: a real job that mostly waits (a sleep, I/O, a hang, a fault): three modules at
     a time, never beside a CPU-heavy test (every `scenario` test but those below);
@@ -28,6 +29,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.alone)
         if item.get_closest_marker("scenario") and not item.get_closest_marker("alone"):
             item.add_marker(pytest.mark.waits)
+
+
+# A catalog run shares nothing with the others in its module: each is a unit of its own for
+# xdist, so the `waits` phase spreads them over its processes. Every other module stays one
+# unit (its module fixtures and cached runs are made once).
+SPREAD = "test_scenarios.py::test_scenario["
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ScenariosSpread(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if SPREAD in nodeid else super()._split_scope(nodeid)
+
+    return ScenariosSpread(config, log)
 
 
 @pytest.fixture()
