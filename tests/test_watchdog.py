@@ -280,7 +280,7 @@ def test_vanished_and_unhandled_pids_are_safe(tmp_path):
     # A process without a handler for the signal is not sent it (it would end it).
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
-        time.sleep(0.1)
+        wait_blocked(sleeper.pid)  # past exec: no handler inherited from this process
         detail = _ext.capture_stacks_detail([sleeper.pid], str(tmp_path), SIG, 200)[sleeper.pid]
         assert "no handler" in detail["note"]
         assert sleeper.poll() is None, "the capture must not kill a process without a handler"
