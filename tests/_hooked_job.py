@@ -145,11 +145,17 @@ JOB = textwrap.dedent(
         it = iter(dl)
         next(it)
         wpid = it._workers[0].pid
-        os.kill(wpid, torch_hooks.STACK_SIGNAL)
+        # The worker's stacks the way the hang doctor takes them; this process's by a plain
+        # signal to itself (its main thread is this one, busy in the capture otherwise).
+        from dldoctor import _ext
+        from dldoctor.job.process import PROCESS
+        got = _ext.capture_stacks_detail([wpid], PROCESS.run_dir, torch_hooks.STACK_SIGNAL,
+                                         2000)[wpid]
         os.kill(os.getpid(), torch_hooks.STACK_SIGNAL)
         time.sleep(0.3)
         rest = list(it)
-        out["stack"] = {"worker_pid": wpid, "alive": True, "rest": len(rest)}
+        out["stack"] = {"worker_pid": wpid, "alive": True, "rest": len(rest),
+                        "captured": got["text"], "native": got["native"], "note": got["note"]}
 
     def main(result_path):
         out = {}

@@ -1,6 +1,6 @@
 """The hang doctor against real processes: children that block on a lock inherited locked
-through fork, on an Event, or spin; stacks fetched through faulthandler the way the hooks
-register it; CPU progress from /proc; a process that dies while being captured; and a real
+through fork, on an Event, in a C mutex, or spin; stacks fetched through the hooks' own
+stack-dump handlers (dldoctor.job.stackdump); CPU progress from /proc; a process that dies while being captured; and a real
 DataLoader deadlocked in collate_fn, caught by the Watchdog thread within its timeout."""
 
 from __future__ import annotations
@@ -20,17 +20,16 @@ from dldoctor import _ext
 
 SIG = _ext.hang_stack_signal()
 
-# The hooks' registration (torch_hooks._register_stack_dump): chain only to a real previous
-# handler, since chaining to SIG_DFL would end the process after the dump.
+# The hooks' registration (dldoctor.job.stackdump): the safe-point handler on `sig`, the
+# native one (faulthandler, the main thread only) beside it.
 REGISTER = textwrap.dedent(
     """
-    import faulthandler, os, signal, sys
+    import os, sys
+    from dldoctor.job.stackdump import StackDump
     def register(run_dir, sig):
-        f = open(os.path.join(run_dir, f"stack-{os.getpid()}.txt"), "a")
-        prev = signal.getsignal(sig)
-        faulthandler.register(sig, file=f, all_threads=True,
-                              chain=prev not in (signal.SIG_DFL, signal.SIG_IGN))
-        return f
+        d = StackDump(os.path.join(run_dir, f"stack-{os.getpid()}.txt"))
+        d.register()
+        return d
     """
 )
 
@@ -73,6 +72,25 @@ EVENT_WAIT = REGISTER + textwrap.dedent(
     class Dataset:
         def __getitem__(self, i):
             threading.Event().wait()
+    print(os.getpid(), flush=True)
+    Dataset()[0]
+    """
+)
+
+# Stuck in C, never at a safe point: a default pthread mutex locked twice by its own thread
+# (ctypes releases the GIL around the call; a signal does not end the wait).
+NATIVE_MUTEX = REGISTER + textwrap.dedent(
+    """
+    import ctypes
+    keep = register(sys.argv[1], int(sys.argv[2]))
+    libc = ctypes.CDLL(None)
+    mutex = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER on glibc
+    def decode_native(m):
+        libc.pthread_mutex_lock(m)
+        libc.pthread_mutex_lock(m)
+    class Dataset:
+        def __getitem__(self, i):
+            decode_native(mutex)
     print(os.getpid(), flush=True)
     Dataset()[0]
     """
@@ -199,7 +217,7 @@ def test_lock_inherited_locked_through_fork(tmp_path, children):
     )
     assert findings and findings[0]["evidence"]["wait"] == "lock"
     assert findings[0]["evidence"]["top_code"] == "lock.acquire()"
-    assert parsed[-1]["current"] or len(parsed) == 1
+    assert parsed[-1]["current"] and parsed[-1]["thread_id"].startswith("0x")
 
 
 def test_event_wait_in_getitem(tmp_path, children):
@@ -211,6 +229,28 @@ def test_event_wait_in_getitem(tmp_path, children):
     # Event.wait -> Condition.wait in threading.py, called from the dataset's __getitem__.
     assert names[:3] == ["wait", "wait", "__getitem__"], names
     assert fr[0]["file"].endswith("threading.py")
+
+
+def test_main_thread_stuck_in_c_gets_the_native_dump(tmp_path, children):
+    child = children(NATIVE_MUTEX, tmp_path)
+    wait_blocked(child.pid)
+    detail = _ext.capture_stacks_detail([child.pid], str(tmp_path), SIG, 1000)[child.pid]
+    # No safe point within kSafePointWaitMs: faulthandler's one-thread dump instead.
+    assert detail["native"] is True, detail
+    assert detail["text"].startswith("Stack (most recent call first):"), detail
+    names = [f["function"] for f in frames(detail["text"])]
+    assert names[:2] == ["decode_native", "__getitem__"], names
+    assert _ext.probe_process(child.pid)["state"] == "S"  # still stuck, not ended
+
+
+def test_stacks_of_a_busy_process_come_at_a_safe_point(tmp_path, children):
+    child = children(BUSY, tmp_path)
+    for _ in range(20):
+        detail = _ext.capture_stacks_detail([child.pid], str(tmp_path), SIG, 1000)[child.pid]
+        assert detail["native"] is False and detail["note"] is None, detail
+        assert detail["text"].startswith("Current thread 0x"), detail
+        assert [f["function"] for f in frames(detail["text"])] == ["<module>"]
+    assert child.proc.poll() is None
 
 
 def test_cpu_progress_busy_versus_blocked(tmp_path, children):
@@ -474,3 +514,76 @@ def test_real_dataloader_healthy_twin_is_not_flagged(tmp_path):
         _end(proc)
     assert len((tmp_path / "batches").read_text().split()) == 16 + 1  # + "end"
     assert hangs == []
+
+
+# A busy loader whose worker is asked for its stacks again and again, as a slow job may be
+# (each stall the watchdog sees, each attach). faulthandler's all-threads dump, which the hooks
+# used before, crashed such a worker within a few signals (it walked the queue-feeder thread's
+# frames while that thread pickled a batch; CPython gh-116008). Signals go to the process as
+# a whole (any thread may take them) and through the capture (to the main thread).
+SIGNALLED_LOADER = REGISTER + textwrap.dedent(
+    """
+    import json, random, threading, time
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+    from dldoctor import _ext
+    run_dir, sig = sys.argv[1], int(sys.argv[2])
+
+    class Squares(Dataset):
+        def __len__(self):
+            return 1 << 30
+        def __getitem__(self, i):
+            return sum(j * j for j in range(i % 50))
+
+    class Init:
+        def __call__(self, worker_id):
+            global keep
+            keep = register(run_dir, sig)
+
+    dl = DataLoader(Squares(), batch_size=8, num_workers=1, persistent_workers=True,
+                    worker_init_fn=Init(), multiprocessing_context="fork")
+    it = iter(dl)
+    first = next(it)
+    wpid = it._workers[0].pid
+    done = {"captures": [], "error": None}
+
+    def shoot():
+        for k in range(300):
+            os.kill(wpid, sig)
+            time.sleep(random.uniform(0, 0.002))
+        for k in range(20):
+            d = _ext.capture_stacks_detail([wpid], run_dir, sig, 1000)[wpid]
+            done["captures"].append([d["native"], "_worker_loop" in d["text"]])
+
+    t = threading.Thread(target=shoot)
+    t.start()
+    n = 1
+    try:
+        while t.is_alive():
+            b = next(it)
+            assert b.tolist() == [sum(j * j for j in range((8 * n + k) % 50)) for k in range(8)]
+            n += 1
+    except Exception as e:
+        done["error"] = f"{type(e).__name__}: {e}"
+    t.join()
+    done["batches"] = n
+    print(json.dumps(done), flush=True)
+    """
+)
+
+
+@pytest.mark.scenario
+def test_stack_dumps_never_crash_a_busy_worker(tmp_path):
+    pytest.importorskip("torch")
+    out = subprocess.run(
+        [sys.executable, str(_script(tmp_path, SIGNALLED_LOADER)), str(tmp_path), str(SIG)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    done = json.loads(out.stdout.splitlines()[-1])
+    assert done["error"] is None, done["error"]
+    assert done["batches"] > 20
+    # Every capture came at a safe point, with the worker loop in it.
+    assert done["captures"] == [[False, True]] * 20

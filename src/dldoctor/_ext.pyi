@@ -338,7 +338,12 @@ class Analyzer:
 
 def hang_stack_signal() -> int:
     """
-    The signal the hooks register faulthandler on (job.hooks.STACK_SIGNAL).
+    The signal the hooks register their safe-point stack dump on (job.stackdump.STACK_SIGNAL).
+    """
+
+def native_stack_signal(signal: int) -> int:
+    """
+    The signal the hooks register faulthandler's one-thread dump on, beside `signal` (job.stackdump.STACK_SIGNAL_NATIVE).
     """
 
 def parse_faulthandler(text: str) -> list:
@@ -353,12 +358,12 @@ def probe_process(pid: int, threads: bool = True) -> dict:
 
 def capture_stacks(pids: object, run_dir: str, signal: int = 58, wait_ms: int = 500) -> dict:
     """
-    Sends `signal` to each pid that handles it and returns {pid: text appended to <run_dir>/stack-<pid>.txt} ('' when nothing came within wait_ms).
+    Sends `signal` to the main thread of each pid that handles it (native_stack_signal(signal) when no stack comes within 150 ms) and returns {pid: text appended to <run_dir>/stack-<pid>.txt} ('' when nothing came within wait_ms).
     """
 
 def capture_stacks_detail(pids: object, run_dir: str, signal: int = 58, wait_ms: int = 500) -> dict:
     """
-    As capture_stacks, with why a stack is missing: {pid: {text, note, gone}}.
+    As capture_stacks, with why a stack is missing and whether the native signal was sent: {pid: {text, note, gone, native}}.
     """
 
 def classify_hang(snapshot: object, context: object | None = None) -> list:

@@ -5,6 +5,8 @@
 #include "dldoctor_core/watchdog/watchdog.hpp"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -376,4 +378,90 @@ TEST(WatchdogCheck, BusyWorkersWithNothingStuckAreSlowNotHung) {
   // Once it is gone, the next look after the deferral reports the stall.
   EXPECT_TRUE(dog.check(dldoctor::now_ns() + int64_t(2e9)));
   EXPECT_EQ(dog.hangs(), 1);
+}
+
+// ---- the capture's two signals ----------------------------------------------------------
+
+namespace {
+
+// What a child of the capture tests does with each signal: write a dump at once, or nothing
+// (a main thread that never reaches a safe point: the Python handler never runs).
+enum class Answer { kNone, kWrite, kIgnore };
+
+int g_stack_fd = -1;
+constexpr char kSafeDump[] = "Current thread 0x01 (most recent call first):\n  File \"a.py\", line 1 in safe\n";
+constexpr char kNativeDump[] = "Stack (most recent call first):\n  File \"a.py\", line 2 in native\n";
+
+void write_safe(int) { (void)!write(g_stack_fd, kSafeDump, sizeof kSafeDump - 1); }
+void write_native(int) { (void)!write(g_stack_fd, kNativeDump, sizeof kNativeDump - 1); }
+void ignore(int) {}
+
+void handle(int signal, Answer a, void (*writer)(int)) {
+  if (a == Answer::kNone) return;
+  struct sigaction sa {};
+  sa.sa_handler = a == Answer::kWrite ? writer : ignore;
+  sigaction(signal, &sa, nullptr);
+}
+
+/// A child with the given answers to the safe-point and the native signal; returns once its
+/// handlers are set.
+pid_t answering_child(const std::string& run_dir, Answer safe, Answer native) {
+  int ready[2];
+  if (pipe(ready) != 0) return -1;
+  pid_t child = fork();
+  if (child == 0) {
+    close(ready[0]);
+    std::string path = wd::stack_file(run_dir, getpid());
+    g_stack_fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    const int signal = wd::default_stack_signal();
+    handle(signal, safe, write_safe);
+    handle(wd::native_stack_signal(signal), native, write_native);
+    (void)!write(ready[1], "x", 1);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char c;
+  (void)!read(ready[0], &c, 1);
+  close(ready[0]);
+  return child;
+}
+
+}  // namespace
+
+TEST(WatchdogCapture, SafePointFirstNativeOnlyWhenNothingComes) {
+  char dir[] = "/tmp/dldoctor_capture_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string run_dir = dir;
+  pid_t at_safe_point = answering_child(run_dir, Answer::kWrite, Answer::kWrite);
+  pid_t stuck_in_c = answering_child(run_dir, Answer::kIgnore, Answer::kWrite);
+  pid_t native_only = answering_child(run_dir, Answer::kNone, Answer::kWrite);
+  pid_t safe_only = answering_child(run_dir, Answer::kIgnore, Answer::kNone);
+  pid_t neither = answering_child(run_dir, Answer::kNone, Answer::kNone);
+  auto got = wd::capture_stacks({at_safe_point, stuck_in_c, native_only, safe_only, neither},
+                                run_dir, wd::default_stack_signal(), 1000);
+  ASSERT_EQ(got.size(), 5u);
+  // Answered at once: the native signal is never sent.
+  EXPECT_EQ(got[0].text, kSafeDump);
+  EXPECT_FALSE(got[0].native);
+  EXPECT_EQ(got[0].note, "");
+  // No safe point within kSafePointWaitMs: the native dump.
+  EXPECT_EQ(got[1].text, kNativeDump);
+  EXPECT_TRUE(got[1].native);
+  // Only the native handler (registered off the main thread): sent that one straight away.
+  EXPECT_EQ(got[2].text, kNativeDump);
+  EXPECT_TRUE(got[2].native);
+  // Only the safe-point handler, and it never answers: nothing, and never the native signal,
+  // whose default action would end the process.
+  EXPECT_EQ(got[3].text, "");
+  EXPECT_FALSE(got[3].native);
+  EXPECT_NE(got[3].note.find("no stack within"), std::string::npos) << got[3].note;
+  // No handler at all: not signalled.
+  EXPECT_NE(got[4].note.find("no handler"), std::string::npos) << got[4].note;
+  for (pid_t p : {at_safe_point, stuck_in_c, native_only, safe_only, neither}) {
+    EXPECT_NE(wd::process_state(p), "gone") << "the capture ended pid " << p;
+    kill(p, SIGKILL);
+    waitpid(p, nullptr, 0);
+  }
+  std::string cleanup = "rm -rf " + run_dir;
+  (void)!system(cleanup.c_str());
 }

@@ -355,7 +355,10 @@ nb::list hang_findings_to_list(const std::vector<report::Finding>& f) { return f
 
 void register_watchdog(nb::module_& m) {
   m.def("hang_stack_signal", &wd::default_stack_signal,
-        "The signal the hooks register faulthandler on (job.hooks.STACK_SIGNAL).");
+        "The signal the hooks register their safe-point stack dump on (job.stackdump.STACK_SIGNAL).");
+  m.def("native_stack_signal", &wd::native_stack_signal, "signal"_a,
+        "The signal the hooks register faulthandler's one-thread dump on, beside `signal` "
+        "(job.stackdump.STACK_SIGNAL_NATIVE).");
 
   m.def(
       "parse_faulthandler",
@@ -398,7 +401,8 @@ void register_watchdog(nb::module_& m) {
       },
       "pids"_a, "run_dir"_a, "signal"_a = wd::default_stack_signal(),
       "wait_ms"_a = wd::kStackWaitMs,
-      "Sends `signal` to each pid that handles it and returns {pid: text appended to "
+      "Sends `signal` to the main thread of each pid that handles it (native_stack_signal(signal) "
+      "when no stack comes within 150 ms) and returns {pid: text appended to "
       "<run_dir>/stack-<pid>.txt} ('' when nothing came within wait_ms).");
   m.def(
       "capture_stacks_detail",
@@ -409,13 +413,15 @@ void register_watchdog(nb::module_& m) {
           d["text"] = c.text;
           d["note"] = str_or_none(c.note);
           d["gone"] = c.gone;
+          d["native"] = c.native;
           out[nb::int_(c.pid)] = d;
         }
         return out;
       },
       "pids"_a, "run_dir"_a, "signal"_a = wd::default_stack_signal(),
       "wait_ms"_a = wd::kStackWaitMs,
-      "As capture_stacks, with why a stack is missing: {pid: {text, note, gone}}.");
+      "As capture_stacks, with why a stack is missing and whether the native signal was sent: "
+      "{pid: {text, note, gone, native}}.");
 
   m.def(
       "classify_hang",

@@ -5,23 +5,14 @@ a wrapper's own frame from a traceback.
 
 from __future__ import annotations
 
-import faulthandler
 import functools
 import os
-import signal
 import sys
 import threading
 import time
 
 from . import sidelog
-
-# Signal that makes a process append all its threads' Python stacks to
-# <run_dir>/stack-<pid>.txt (the hang doctor sends it). Not SIGUSR2: PyTorch's c10
-# FatalSignalHandler takes SIGUSR2 over (it uses it to make threads print C++ stacks when a
-# fatal signal arrives), and torchelastic/SLURM use SIGUSR1/SIGUSR2 for preemption notices.
-# A real-time signal is free in practice. Its default action is to terminate, so it must only
-# be sent to pids that announced it in the side log ("process" records, key "stack_signal").
-STACK_SIGNAL = int(getattr(signal, "SIGRTMAX", 64)) - 6
+from .stackdump import STACK_SIGNAL, STACK_SIGNAL_NATIVE, StackDump
 
 # Frames of this package are dldoctor's, not the user's (profiles and tracebacks skip them).
 JOB_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +29,7 @@ class ProcessHooks:
         "emit",
         "next_loader_id",
         "stack_pid",
-        "stack_file",
+        "stack_dump",
     )
 
     def __init__(self):
@@ -48,8 +39,8 @@ class ProcessHooks:
         self.run_dir: str | None = None
         self.emit = None  # _ext.trace_emit while a ring is open
         self.next_loader_id = None
-        self.stack_pid = 0  # the process whose stack file is registered
-        self.stack_file = None
+        self.stack_pid = 0  # the process whose stack dump is registered
+        self.stack_dump: StackDump | None = None
 
 
 PROCESS = ProcessHooks()
@@ -104,30 +95,29 @@ def proc_start_ns() -> int:
 
 
 def register_stack_dump() -> None:
-    """Let STACK_SIGNAL dump every thread's stack to <run_dir>/stack-<pid>.txt."""
+    """Let STACK_SIGNAL (and STACK_SIGNAL_NATIVE) dump this process's stacks to
+    <run_dir>/stack-<pid>.txt; announced in the side log."""
     pid = os.getpid()
     p = PROCESS
     if p.run_dir is None or p.stack_pid == pid:
         return
     try:
         path = os.path.join(p.run_dir, f"stack-{pid}.txt")
-        f = open(path, "a", encoding="utf-8")
-        prev = signal.getsignal(STACK_SIGNAL)
-        # chain=True calls the previous handler after the dump; with SIG_DFL that previous
-        # handler is "terminate", so chain only to a real one.
-        chain = prev not in (signal.SIG_DFL, signal.SIG_IGN)
-        faulthandler.register(STACK_SIGNAL, file=f, all_threads=True, chain=chain)
-        old = p.stack_file
-        p.stack_pid, p.stack_file = pid, f  # keep f open: faulthandler writes to its fd
+        dump = StackDump(path)
+        dump.register()
+        old = p.stack_dump  # a forked child's: the parent's file, left open by fork
+        p.stack_pid, p.stack_dump = pid, dump
         if old is not None:
             try:
-                old.close()
+                old.file.close()
             except Exception:
                 pass
         note(
             "process",
             ppid=os.getppid(),
             stack_signal=STACK_SIGNAL,
+            stack_signal_native=STACK_SIGNAL_NATIVE,
+            stack_safe_point=dump.safe_point,
             stack_file=path,
             argv=sys.argv[:16],
         )
@@ -137,10 +127,9 @@ def register_stack_dump() -> None:
 
 def unregister_stack_dump() -> None:
     p = PROCESS
-    if p.stack_file is not None and p.stack_pid == os.getpid():
+    if p.stack_dump is not None and p.stack_pid == os.getpid():
         try:
-            faulthandler.unregister(STACK_SIGNAL)
-            p.stack_file.close()
+            p.stack_dump.unregister()
         except Exception:
             pass
-        p.stack_pid, p.stack_file = 0, None
+        p.stack_pid, p.stack_dump = 0, None

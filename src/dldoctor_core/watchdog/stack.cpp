@@ -1,9 +1,10 @@
-// faulthandler writes each dump with many small write() calls from the signal handler; a
-// dump is complete within microseconds unless the process is descheduled, so "grew, then
-// quiet for kQuietMs" is the end of a dump.
+// The safe-point handler writes a dump in one write(); faulthandler's native one with many
+// small ones from the signal handler. Either is complete within a millisecond unless the
+// process is descheduled, so "grew, then quiet for kQuietMs" is the end of a dump.
 #include "dldoctor_core/watchdog/stack.hpp"
 
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -110,6 +111,12 @@ bool alive(int pid) {
   return state != "Z" && state != "X" && state != "x";
 }
 
+/// Sends `signal` to the process's main thread: a Python handler runs there, and a thread
+/// blocked in a wait is interrupted only by a signal sent to it.
+bool signal_main_thread(int pid, int signal) {
+  return ::syscall(SYS_tgkill, pid, pid, signal) == 0;
+}
+
 }  // namespace
 
 std::vector<PyThreadStack> parse_faulthandler(std::string_view text) {
@@ -202,7 +209,10 @@ std::vector<StackCapture> capture_stacks(const std::vector<int>& pids, const std
     int64_t start;      // file size before the signal
     int64_t seen;       // last size seen
     int64_t changed_ns; // when it last grew
+    int64_t sent_ns;    // when the safe-point signal was sent
+    bool native_left;   // the native signal is caught and not yet sent
   };
+  const int native = native_stack_signal(signal);
   std::vector<StackCapture> out(pids.size());
   std::vector<Pending> pending;
   for (size_t i = 0; i < pids.size(); ++i) {
@@ -213,24 +223,27 @@ std::vector<StackCapture> capture_stacks(const std::vector<int>& pids, const std
       c.note = "gone";
       continue;
     }
-    std::optional<bool> caught = catches_signal(c.pid, signal);
-    if (!caught) {
+    std::optional<bool> safe = catches_signal(c.pid, signal);
+    std::optional<bool> fallback = catches_signal(c.pid, native);
+    if (!safe || !fallback) {
       c.note = "cannot read /proc/" + std::to_string(c.pid) + "/status";
       continue;
     }
-    if (!*caught) {
+    if (!*safe && !*fallback) {
       c.note = "no handler for signal " + std::to_string(signal) +
                " (the hooks are not installed there; the signal would end it)";
       continue;
     }
     std::string path = stack_file(run_dir, c.pid);
     int64_t start = std::max<int64_t>(file_size(path), 0);
-    if (::kill(c.pid, signal) != 0) {
+    int first = *safe ? signal : native;
+    if (!signal_main_thread(c.pid, first)) {
       c.gone = errno == ESRCH;
       c.note = c.gone ? "gone" : "cannot signal it";
       continue;
     }
-    pending.push_back({i, std::move(path), start, start, 0});
+    c.native = first == native;
+    pending.push_back({i, std::move(path), start, start, 0, now_ns(), *safe && *fallback});
   }
 
   const int64_t deadline = now_ns() + int64_t(wait_ms) * 1'000'000;
@@ -249,6 +262,13 @@ std::vector<StackCapture> capture_stacks(const std::vector<int>& pids, const std
       bool grew = p.seen > p.start;
       bool quiet = grew && now - p.changed_ns >= int64_t(kQuietMs) * 1'000'000;
       bool vanished = !alive(c.pid);
+      if (!grew && p.native_left && !vanished && !last_round &&
+          now - p.sent_ns >= int64_t(kSafePointWaitMs) * 1'000'000) {
+        // No safe point reached: the main thread is in C code. Ask for its stack from the
+        // C handler, unless it sleeps uninterruptibly (it would take both signals on waking).
+        p.native_left = false;
+        if (process_state(c.pid) != "D" && signal_main_thread(c.pid, native)) c.native = true;
+      }
       if (quiet || vanished || last_round) {
         c.text = read_range(p.path, p.start, p.seen);
         if (vanished) {

@@ -1,8 +1,10 @@
 // Python stacks of a stuck process, without attaching to it: every process of a watched job
-// has faulthandler registered on a signal with a file <run_dir>/stack-<pid>.txt, so sending
-// the signal makes it append all its threads' stacks there, written from the C signal handler
-// (no GIL needed, so it works while the process is stuck). This file sends, waits, reads back
-// and parses that text.
+// has two stack-dump handlers writing to <run_dir>/stack-<pid>.txt (dldoctor/job/stackdump.py).
+// `signal` asks for all threads at the next safe point (a Python handler the main thread runs
+// with the GIL, so no frame changes under it); `native_stack_signal(signal)` asks for the main
+// thread's stack from the C handler (faulthandler), which works while that thread is stuck in
+// C code and never reaches a safe point. This file sends the first, the second when the first
+// brings nothing for a moment, waits, reads back and parses that text.
 #pragma once
 
 #include <optional>
@@ -53,12 +55,23 @@ struct StackCapture {
   std::string text;  ///< what the process appended to its stack file ("" none)
   std::string note;  ///< why there is no (complete) text: "gone", "no handler" ...; "" when fine
   bool gone = false; ///< the process no longer exists
+  bool native = false; ///< the native signal was sent: the text may be the main thread's only
 };
 
-/// Sends `signal` to each pid that has a handler for it (a pid without one is skipped: the
-/// default action would end it), then waits up to `wait_ms` in total for each stack file to
-/// grow and go quiet, and returns what each appended. Bounded; never throws for a process
-/// that vanishes or cannot be read.
+/// The signal the hooks register faulthandler's one-thread dump on, beside `signal`.
+inline int native_stack_signal(int signal) noexcept { return signal - 1; }
+
+/// How long a process has to start its safe-point dump before the native one is asked for.
+/// A main thread running Python or blocked in a lock, queue or sleep starts within a few
+/// milliseconds (the signal goes to that thread and interrupts the wait).
+inline constexpr int kSafePointWaitMs = 150;
+
+/// Sends `signal` to the main thread of each pid that has a handler for it (a pid without one
+/// is skipped: the default action would end it); if a stack file has not grown after
+/// kSafePointWaitMs, or the pid catches only the native signal, sends native_stack_signal(signal)
+/// (not to a thread in uninterruptible sleep: it takes neither until it wakes). Waits up to
+/// `wait_ms` in total for each stack file to grow and go quiet, and returns what each
+/// appended. Bounded; never throws for a process that vanishes or cannot be read.
 std::vector<StackCapture> capture_stacks(const std::vector<int>& pids, const std::string& run_dir,
                                          int signal, int wait_ms = 500);
 

@@ -132,11 +132,13 @@ void Watchdog::stop() noexcept {
 }
 
 void Watchdog::run() {
-  // The capture signals the job's processes, possibly this one: let another thread take it,
-  // so the watchdog's own sleeps and reads are never interrupted by its own signal.
+  // The capture signals the job's processes' main threads, possibly this process's: should
+  // a signal ever be sent to the process as a whole, let another thread take it, so the
+  // watchdog's own sleeps and reads are never interrupted by its own signal.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, options_.signal);
+  sigaddset(&set, native_stack_signal(options_.signal));
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::unique_lock lock(run_mu_);
   while (!stopping_) {

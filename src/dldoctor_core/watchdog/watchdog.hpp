@@ -44,9 +44,10 @@ inline constexpr int kStackWaitMs = 500;
 /// (a watchdog started late) waits this long before the capture, inside the 2 s budget.
 inline constexpr int64_t kMinCpuWindowNs = 500'000'000;
 
-/// The signal the hooks register faulthandler on (job.hooks.STACK_SIGNAL, SIGRTMAX - 6):
-/// not SIGUSR2, which torch's c10 fatal-signal handler and preemption notices (SLURM,
-/// torchelastic) use. Both sides compute it the same way; a Python test pins them together.
+/// The signal the hooks register their safe-point stack dump on (job.stackdump.STACK_SIGNAL,
+/// SIGRTMAX - 6; native_stack_signal() is one below): not SIGUSR2, which torch's c10
+/// fatal-signal handler and preemption notices (SLURM, torchelastic) use. Both sides compute
+/// it the same way; a Python test pins them together.
 inline int default_stack_signal() noexcept { return SIGRTMAX - 6; }
 
 /// A process of the job and its role.
@@ -71,7 +72,7 @@ struct WatchState {
 /// Settings.
 struct WatchdogOptions {
   std::string run_dir;                       ///< where stack-<pid>.txt files are written
-  int signal = default_stack_signal();       ///< the signal faulthandler is registered on
+  int signal = default_stack_signal();       ///< the hooks' safe-point stack-dump signal
   std::optional<double> timeout_override_s;  ///< --hang-timeout
   double min_timeout_s = kMinHangTimeoutS;
   double p99_factor = kHangTimeoutP99Factor;
