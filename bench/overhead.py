@@ -465,6 +465,19 @@ def interleaved(
         f"{main:.4f}, workers {workers:.4f}); the watcher used {100 * w_ns / w_s:.2f}% of a "
         "core in the watched epochs"
     )
+    # Under --pin the main process has a core and the workers the other: the busier one sets
+    # the pace when it is near 1; tiny-2 keeps both near 0.6, bound by the hand-over of each
+    # batch between the processes (a wake-up on each side), not by either's CPU.
+    wall_of = {s: sum(x[s]["wall_ns"] for x in by_round.values()) for s in ("unwatched", "watched")}
+    busy = {
+        s: [sum(x[s][k] for x in by_round.values()) / wall_of[s] for k in ("main_ns", "workers_ns")]
+        for s in ("unwatched", "watched")
+    }
+    print(
+        "  cores busy (CPU time over wall time), unwatched / watched: main process "
+        f"{busy['unwatched'][0]:.2f} / {busy['watched'][0]:.2f}, workers "
+        f"{busy['unwatched'][1]:.2f} / {busy['watched'][1]:.2f}"
+    )
 
 
 def main(argv=None) -> int:

@@ -1,6 +1,7 @@
 """The hang doctor against real processes: children that block on a lock inherited locked
 through fork, on an Event, in a C mutex, or spin; stacks fetched through the hooks' own
-stack-dump handlers (dldoctor.job.stackdump); CPU progress from /proc; a process that dies while being captured; and a real
+stack-dump handlers (dldoctor.job.stackdump); CPU progress from /proc; a process that dies
+while being captured; a busy worker asked for its stacks again and again; and a real
 DataLoader deadlocked in collate_fn, caught by the Watchdog thread within its timeout."""
 
 from __future__ import annotations

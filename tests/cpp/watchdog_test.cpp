@@ -389,8 +389,10 @@ namespace {
 enum class Answer { kNone, kWrite, kIgnore };
 
 int g_stack_fd = -1;
-constexpr char kSafeDump[] = "Current thread 0x01 (most recent call first):\n  File \"a.py\", line 1 in safe\n";
-constexpr char kNativeDump[] = "Stack (most recent call first):\n  File \"a.py\", line 2 in native\n";
+constexpr char kSafeDump[] =
+    "Current thread 0x01 (most recent call first):\n  File \"a.py\", line 1 in safe\n";
+constexpr char kNativeDump[] =
+    "Stack (most recent call first):\n  File \"a.py\", line 2 in native\n";
 
 void write_safe(int) { (void)!write(g_stack_fd, kSafeDump, sizeof kSafeDump - 1); }
 void write_native(int) { (void)!write(g_stack_fd, kNativeDump, sizeof kNativeDump - 1); }

@@ -355,7 +355,8 @@ nb::list hang_findings_to_list(const std::vector<report::Finding>& f) { return f
 
 void register_watchdog(nb::module_& m) {
   m.def("hang_stack_signal", &wd::default_stack_signal,
-        "The signal the hooks register their safe-point stack dump on (job.stackdump.STACK_SIGNAL).");
+        "The signal the hooks register their safe-point stack dump on "
+        "(job.stackdump.STACK_SIGNAL).");
   m.def("native_stack_signal", &wd::native_stack_signal, "signal"_a,
         "The signal the hooks register faulthandler's one-thread dump on, beside `signal` "
         "(job.stackdump.STACK_SIGNAL_NATIVE).");
