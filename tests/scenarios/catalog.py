@@ -321,6 +321,37 @@ SCENARIOS: list[dict] = [
             },
         },
     },
+    # The worker's main thread is stuck in C: its stack comes from the native dump.
+    {
+        "name": "worker_hang/native",
+        "script": "worker_hang",
+        "args": ["--on", "native", "--seconds", "30"],
+        "doctor_args": HANG,
+        "expect": "worker_hang",
+        "checks": {
+            "returncode": HANG_ABORT_RC,
+            "verdict": "worker_hang",
+            "findings": {
+                "worker_hang": {
+                    "evidence": {
+                        "stage": "getitem",
+                        "frame": {"contains": "__getitem__"},
+                        "top_frame": {"contains": "decode_native"},
+                        "syscall": "futex",
+                        **NAMED_IN_TIME,
+                    }
+                }
+            },
+        },
+    },
+    {
+        "name": "worker_hang/native/healthy",
+        "script": "worker_hang",
+        "args": ["--on", "native", "--healthy", "--seconds", "4"],
+        "doctor_args": HANG,
+        "expect": "no worker_hang",
+        "checks": {"report": {"hang": {"present": False}}},
+    },
     # Two torchrun ranks: rank 1's worker waits forever, rank 0 then waits for rank 1 in the
     # all-reduce. The hang is rank 1's, rank 0 is named as waiting for it (no second hang),
     # and --on-hang abort ends the whole job: torchrun and both ranks.

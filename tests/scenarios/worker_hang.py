@@ -2,13 +2,18 @@
 no batch comes.
 
 `--on event` (default): an Event that is never set (a lost message). `--on pipe`: a read of a
-pipe whose writer stays open and never writes (a reader with no data).
-Healthy twin (`--healthy`): the event is set / the pipe is filled before the loader starts.
+pipe whose writer stays open and never writes (a reader with no data). `--on native`: a C call
+that blocks on a pthread mutex the main process held when it forked the worker (a native
+library's lock inherited locked through fork): the worker's main thread never comes back to
+Python, so its stack comes from the native stack dump, not the safe-point one.
+Healthy twin (`--healthy`): the event is set / the pipe is filled / the mutex is free before
+the loader starts.
 
 `--ddp` (run it under torchrun with two ranks, DDP over gloo): only rank 1's worker waits for
 the event; rank 0's loader is fine, and rank 0 then waits for rank 1 in the all-reduce.
 """
 
+import ctypes
 import os
 import threading
 
@@ -51,13 +56,34 @@ class FromPipe(Dataset):
         return torch.full((8,), float(i) + len(data))
 
 
+class NativeLock(Dataset):
+    """Each sample goes through a C call that takes and releases a process-wide mutex."""
+
+    def __len__(self):
+        return 100_000
+
+    def __getitem__(self, i):
+        return torch.full((8,), float(i) + decode_native())
+
+
+def decode_native():
+    _LIBC.pthread_mutex_lock(_MUTEX)  # ctypes lets the GIL go; a signal does not end the wait
+    _LIBC.pthread_mutex_unlock(_MUTEX)
+    return 0.0
+
+
 _READY = threading.Event()
+_LIBC = ctypes.CDLL(None)
+_MUTEX = ctypes.create_string_buffer(64)  # zeroed: a default mutex on glibc
 
 
 def main():
     ap = parser(__doc__)
     ap.add_argument(
-        "--on", choices=("event", "pipe"), default="event", help="what __getitem__ waits for"
+        "--on",
+        choices=("event", "pipe", "native"),
+        default="event",
+        help="what __getitem__ waits for",
     )
     ap.add_argument("--ddp", action="store_true", help="a rank of a torchrun job")
     args = ap.parse_args()
@@ -69,7 +95,11 @@ def main():
         start()
         train(DataLoader(Waits(_READY), batch_size=4, num_workers=1), args.seconds, 8)
         return
-    if args.on == "pipe":
+    if args.on == "native":
+        if not args.healthy:
+            _LIBC.pthread_mutex_lock(_MUTEX)  # held here for good: forked workers inherit it
+        dataset = NativeLock()
+    elif args.on == "pipe":
         read_fd, write_fd = os.pipe()  # the write end stays open here: reads block, not EOF
         if args.healthy:
             os.write(write_fd, b"x" * 65536)  # one pipe buffer: thousands of samples
