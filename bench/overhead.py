@@ -40,7 +40,8 @@ cost measured; two epochs a second apart far less. Figures: the throughput kept 
 unwatched epochs' time over all the watched ones', the budget's figure) with a bootstrap 90%
 interval over the rounds, the median of the rounds' paired ratios, the CPU kept (job and
 watcher, every thread, per batch) and the watcher's share of a core. `--parts hooks` or
-`--parts watcher` takes only that part out of an unwatched epoch: what each costs alone.
+`--parts watcher` takes only that part out of an unwatched epoch: what each costs alone
+(`--parts worker-hooks`: only the hooks in the workers, in fork workers).
 
     python bench/overhead.py --interleaved [--kinds tiny-0,tiny-2] [--rounds N] [--parts all]
 
@@ -297,12 +298,25 @@ def interleaved_job(
     if pinned and len(cpus) < 2:
         raise SystemExit("overhead: --pin needs 2 CPUs")
 
+    from dldoctor.job import worker as job_worker
+
+    real_begin = job_worker.begin
+
     def use(watched: bool) -> None:
-        # What an unwatched epoch takes out (--parts): the hooks, the watcher, or both.
+        # What an unwatched epoch takes out (--parts): the hooks, the watcher, or both; or
+        # only the workers' hooks (the _worker_loop hook put back and the worker_init_fn
+        # chain's fallback made a no-op: the workers fork from this state and stay unhooked).
         if watched:
             for owner, name, _orig, wrapper in patches:
                 setattr(owner, name, wrapper)
+            job_worker.begin = real_begin
             os.kill(watcher, signal.SIGCONT)
+            return
+        if parts == "worker-hooks":
+            for owner, name, orig, _wrapper in patches:
+                if name == "_worker_loop":
+                    setattr(owner, name, orig)
+            job_worker.begin = lambda *args: None
             return
         if parts in ("all", "watcher"):
             os.kill(watcher, signal.SIGSTOP)
@@ -499,7 +513,7 @@ def main(argv=None) -> int:
     ap.add_argument("--settle", type=int, help=argparse.SUPPRESS)
     ap.add_argument(
         "--parts",
-        choices=("all", "hooks", "watcher"),
+        choices=("all", "hooks", "watcher", "worker-hooks"),
         default="all",
         help="--interleaved: what an unwatched epoch takes out (default: all)",
     )
