@@ -18,7 +18,7 @@ namespace dldoctor::watchdog {
 
 /// A process using less than this share of one core over the stall is not making progress.
 /// A thread blocked on a lock, queue or read uses ~0; the worker loop's 5 s status poll and
-/// the faulthandler dumps cost microseconds; a process computing uses close to 1.0. 5% sits
+/// the stack dumps cost microseconds; a process computing uses close to 1.0. 5% sits
 /// far from both and above the 10 ms tick resolution of /proc CPU times over a >= 1 s stall.
 /// The watchdog's own "slow, not stuck" test and the hang rules' readings both use it.
 inline constexpr double kBusyCpuShare = 0.05;
@@ -35,7 +35,7 @@ struct ProcessCapture {
   std::optional<int64_t> cpu_ns_since_stall;
   double cpu_window_s = 0;            ///< the wall time that CPU time was measured over
   std::vector<PyThreadStack> stacks;  ///< parsed `raw_stack`, source lines annotated
-  std::string raw_stack;              ///< what faulthandler wrote, verbatim
+  std::string raw_stack;              ///< the stack dump as written (faulthandler's format)
   std::string stack_note;             ///< why there is no stack ("no handler ...", "gone") or ""
   bool gone = false;                  ///< exited: no /proc entry, or a zombie
   std::optional<int> exit_code;       ///< when known (zombie status or the caller's knowledge)

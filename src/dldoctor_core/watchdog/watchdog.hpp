@@ -1,10 +1,11 @@
 // The hang doctor: a thread of plain C++ (no Python, no GIL) that notices when a watched
 // DataLoader has produced no batch for the hang timeout, captures every process of the job
-// (kernel state, CPU progress since the stall began, Python stacks through faulthandler),
-// has the caller's classifier name the cause, and hands the capture and the findings to a
-// callback, once per stall. It asks the caller what to watch through a probe function and
-// what the capture means through the classifier (analyze::classify_hang), so it depends
-// neither on how the caller (the Monitor) stores its loaders nor on the hang rules.
+// (kernel state, CPU progress since the stall began, Python stacks through the hooks'
+// stack-dump signals), has the caller's classifier name the cause, and hands the capture and
+// the findings to a callback, once per stall. It asks the caller what to watch through a
+// probe function and what the capture means through the classifier (analyze::classify_hang),
+// so it depends neither on how the caller (the Monitor) stores its loaders nor on the hang
+// rules.
 #pragma once
 
 #include <signal.h>
