@@ -406,8 +406,10 @@ void handle(int signal, Answer a, void (*writer)(int)) {
 }
 
 /// A child with the given answers to the safe-point and the native signal; returns once its
-/// handlers are set.
-pid_t answering_child(const std::string& run_dir, Answer safe, Answer native) {
+/// handlers are set. `main_blocks`: its main thread blocks both signals and a second thread
+/// takes them (a job that masks signals in its main thread).
+pid_t answering_child(const std::string& run_dir, Answer safe, Answer native,
+                      bool main_blocks = false) {
   int ready[2];
   if (pipe(ready) != 0) return -1;
   pid_t child = fork();
@@ -418,6 +420,16 @@ pid_t answering_child(const std::string& run_dir, Answer safe, Answer native) {
     const int signal = wd::default_stack_signal();
     handle(signal, safe, write_safe);
     handle(wd::native_stack_signal(signal), native, write_native);
+    if (main_blocks) {
+      std::thread([] {
+        for (;;) pause();
+      }).detach();  // created first: its mask keeps both signals open
+      sigset_t set;
+      sigemptyset(&set);
+      sigaddset(&set, signal);
+      sigaddset(&set, wd::native_stack_signal(signal));
+      pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    }
     (void)!write(ready[1], "x", 1);
     for (;;) pause();
   }
@@ -439,9 +451,11 @@ TEST(WatchdogCapture, SafePointFirstNativeOnlyWhenNothingComes) {
   pid_t native_only = answering_child(run_dir, Answer::kNone, Answer::kWrite);
   pid_t safe_only = answering_child(run_dir, Answer::kIgnore, Answer::kNone);
   pid_t neither = answering_child(run_dir, Answer::kNone, Answer::kNone);
-  auto got = wd::capture_stacks({at_safe_point, stuck_in_c, native_only, safe_only, neither},
-                                run_dir, wd::default_stack_signal(), 1000);
-  ASSERT_EQ(got.size(), 5u);
+  pid_t main_masked = answering_child(run_dir, Answer::kWrite, Answer::kWrite, true);
+  auto got = wd::capture_stacks(
+      {at_safe_point, stuck_in_c, native_only, safe_only, neither, main_masked}, run_dir,
+      wd::default_stack_signal(), 1000);
+  ASSERT_EQ(got.size(), 6u);
   // Answered at once: the native signal is never sent.
   EXPECT_EQ(got[0].text, kSafeDump);
   EXPECT_FALSE(got[0].native);
@@ -459,7 +473,10 @@ TEST(WatchdogCapture, SafePointFirstNativeOnlyWhenNothingComes) {
   EXPECT_NE(got[3].note.find("no stack within"), std::string::npos) << got[3].note;
   // No handler at all: not signalled.
   EXPECT_NE(got[4].note.find("no handler"), std::string::npos) << got[4].note;
-  for (pid_t p : {at_safe_point, stuck_in_c, native_only, safe_only, neither}) {
+  // The main thread blocks the signal: sent to the process, another thread takes it.
+  EXPECT_EQ(got[5].text, kSafeDump);
+  EXPECT_FALSE(got[5].native);
+  for (pid_t p : {at_safe_point, stuck_in_c, native_only, safe_only, neither, main_masked}) {
     EXPECT_NE(wd::process_state(p), "gone") << "the capture ended pid " << p;
     kill(p, SIGKILL);
     waitpid(p, nullptr, 0);

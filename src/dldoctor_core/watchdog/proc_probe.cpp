@@ -185,15 +185,17 @@ ProcessProbe probe_process(int pid, bool with_threads) noexcept {
     if (auto w = read_file(base + "/wchan")) out.wchan = parse_wchan_text(*w);
     if (auto s = read_file(base + "/syscall")) parse_proc_syscall(*s, out);
     if (auto status = read_file(base + "/status")) {
-      size_t at = status->find("\nSigCgt:");
-      if (at != std::string::npos) {
-        std::string_view rest = std::string_view(*status).substr(at + 8);
+      auto mask_of = [&](std::string_view key) -> std::optional<uint64_t> {
+        size_t at = status->find(key);
+        if (at == std::string::npos) return std::nullopt;
+        std::string_view rest = std::string_view(*status).substr(at + key.size());
         rest = rest.substr(0, rest.find('\n'));
         uint64_t mask = 0;
-        if (to_int(trim(rest), mask, 16)) {
-          out.caught_signals = mask;
-        }
-      }
+        if (!to_int(trim(rest), mask, 16)) return std::nullopt;
+        return mask;
+      };
+      out.caught_signals = mask_of("\nSigCgt:");
+      out.main_blocked_signals = mask_of("\nSigBlk:");
     }
     if (with_threads) probe_threads(pid, out);
   } catch (...) {
@@ -217,13 +219,6 @@ std::optional<int64_t> process_cpu_ns(int pid) noexcept {
   ProcessProbe p;
   if (!parse_proc_stat(*stat, p)) return std::nullopt;
   return p.cpu_ns;
-}
-
-std::optional<bool> catches_signal(int pid, int signal) noexcept {
-  if (signal <= 0 || signal > 64) return std::nullopt;
-  ProcessProbe p = probe_process(pid, false);
-  if (!p.caught_signals) return std::nullopt;
-  return ((*p.caught_signals >> (signal - 1)) & 1) != 0;
 }
 
 std::string fd_target(int pid, int fd) {

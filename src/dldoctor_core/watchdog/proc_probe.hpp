@@ -39,6 +39,7 @@ struct ProcessProbe {
   std::optional<int> exit_code;          ///< a zombie's exit status (exited normally)
   std::optional<int> exit_signal;        ///< a zombie's killing signal
   std::optional<uint64_t> caught_signals;  ///< SigCgt of /proc/<pid>/status: handled signals
+  std::optional<uint64_t> main_blocked_signals;  ///< SigBlk there: the main thread's mask
   std::vector<ThreadProbe> threads;      ///< per thread, when asked for
 };
 
@@ -51,11 +52,6 @@ std::string process_state(int pid) noexcept;
 
 /// CPU time of a process (utime + stime of all its threads), or nullopt when unreadable.
 std::optional<int64_t> process_cpu_ns(int pid) noexcept;
-
-/// True when the process has a handler installed for `signal` (SigCgt). Sending a signal to a
-/// process without one runs the default action, which for SIGUSR1/2 ends the process.
-/// nullopt when /proc/<pid>/status cannot be read.
-std::optional<bool> catches_signal(int pid, int signal) noexcept;
 
 /// The path behind descriptor `fd` of `pid` (readlink of /proc/<pid>/fd/<fd>), "" unknown.
 std::string fd_target(int pid, int fd);

@@ -112,9 +112,15 @@ bool alive(int pid) {
 }
 
 /// Sends `signal` to the process's main thread: a Python handler runs there, and a thread
-/// blocked in a wait is interrupted only by a signal sent to it.
-bool signal_main_thread(int pid, int signal) {
+/// blocked in a wait is interrupted only by a signal sent to it. A main thread that blocks
+/// the signal would keep it pending for good: then to the process, for another thread.
+bool signal_main_thread(int pid, int signal, bool main_blocks) {
+  if (main_blocks) return ::kill(pid, signal) == 0;
   return ::syscall(SYS_tgkill, pid, pid, signal) == 0;
+}
+
+bool has(const std::optional<uint64_t>& mask, int signal) {
+  return signal > 0 && signal <= 64 && ((*mask >> (signal - 1)) & 1) != 0;
 }
 
 }  // namespace
@@ -211,6 +217,7 @@ std::vector<StackCapture> capture_stacks(const std::vector<int>& pids, const std
     int64_t changed_ns; // when it last grew
     int64_t sent_ns;    // when the safe-point signal was sent
     bool native_left;   // the native signal is caught and not yet sent
+    bool main_blocks_native;
   };
   const int native = native_stack_signal(signal);
   std::vector<StackCapture> out(pids.size());
@@ -223,27 +230,30 @@ std::vector<StackCapture> capture_stacks(const std::vector<int>& pids, const std
       c.note = "gone";
       continue;
     }
-    std::optional<bool> safe = catches_signal(c.pid, signal);
-    std::optional<bool> fallback = catches_signal(c.pid, native);
-    if (!safe || !fallback) {
+    ProcessProbe probe = probe_process(c.pid, false);
+    if (!probe.caught_signals || !probe.main_blocked_signals) {
       c.note = "cannot read /proc/" + std::to_string(c.pid) + "/status";
       continue;
     }
-    if (!*safe && !*fallback) {
+    const bool safe = has(probe.caught_signals, signal);
+    const bool fallback = has(probe.caught_signals, native);
+    if (!safe && !fallback) {
       c.note = "no handler for signal " + std::to_string(signal) +
                " (the hooks are not installed there; the signal would end it)";
       continue;
     }
     std::string path = stack_file(run_dir, c.pid);
     int64_t start = std::max<int64_t>(file_size(path), 0);
-    int first = *safe ? signal : native;
-    if (!signal_main_thread(c.pid, first)) {
+    const int first = safe ? signal : native;
+    const bool main_blocks = has(probe.main_blocked_signals, first);
+    if (!signal_main_thread(c.pid, first, main_blocks)) {
       c.gone = errno == ESRCH;
       c.note = c.gone ? "gone" : "cannot signal it";
       continue;
     }
     c.native = first == native;
-    pending.push_back({i, std::move(path), start, start, 0, now_ns(), *safe && *fallback});
+    pending.push_back({i, std::move(path), start, start, 0, now_ns(), safe && fallback,
+                       has(probe.main_blocked_signals, native)});
   }
 
   const int64_t deadline = now_ns() + int64_t(wait_ms) * 1'000'000;
@@ -267,7 +277,8 @@ std::vector<StackCapture> capture_stacks(const std::vector<int>& pids, const std
         // No safe point reached: the main thread is in C code. Ask for its stack from the
         // C handler, unless it sleeps uninterruptibly (it would take both signals on waking).
         p.native_left = false;
-        if (process_state(c.pid) != "D" && signal_main_thread(c.pid, native)) c.native = true;
+        if (process_state(c.pid) != "D" && signal_main_thread(c.pid, native, p.main_blocks_native))
+          c.native = true;
       }
       if (quiet || vanished || last_round) {
         c.text = read_range(p.path, p.start, p.seen);

@@ -66,8 +66,9 @@ inline int native_stack_signal(int signal) noexcept { return signal - 1; }
 /// milliseconds (the signal goes to that thread and interrupts the wait).
 inline constexpr int kSafePointWaitMs = 150;
 
-/// Sends `signal` to the main thread of each pid that has a handler for it (a pid without one
-/// is skipped: the default action would end it); if a stack file has not grown after
+/// Sends `signal` to the main thread of each pid that has a handler for it (to the process
+/// when its main thread blocks it; a pid without a handler is skipped: the default action
+/// would end it); if a stack file has not grown after
 /// kSafePointWaitMs, or the pid catches only the native signal, sends native_stack_signal(signal)
 /// (not to a thread in uninterruptible sleep: it takes neither until it wakes). Waits up to
 /// `wait_ms` in total for each stack file to grow and go quiet, and returns what each
