@@ -39,8 +39,3 @@ def test_the_capture_gets_a_workers_stacks_at_a_safe_point(job):
     current = [t for t in threads if t["current"]]
     assert len(current) == 1
     assert "_worker_loop" in [f["function"] for f in current[0]["frames"]]
-
-
-def test_both_signals_are_the_cores():
-    assert process.STACK_SIGNAL == _ext.hang_stack_signal()
-    assert process.STACK_SIGNAL_NATIVE == _ext.native_stack_signal(process.STACK_SIGNAL)

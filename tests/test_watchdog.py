@@ -177,10 +177,11 @@ def frames(text: str) -> list[dict]:
     return [f for t in _ext.parse_faulthandler(text) for f in t["frames"]]
 
 
-def test_stack_signal_is_the_hooks_signal():
-    from dldoctor.job import hooks as torch_hooks
+def test_stack_signals_are_the_hooks_signals():
+    from dldoctor.job import stackdump
 
-    assert SIG == torch_hooks.STACK_SIGNAL
+    assert SIG == stackdump.STACK_SIGNAL
+    assert _ext.native_stack_signal(SIG) == stackdump.STACK_SIGNAL_NATIVE
 
 
 def test_lock_inherited_locked_through_fork(tmp_path, children):
