@@ -414,6 +414,27 @@ TEST(BatchSampler, ASlowedStreamIsMeasuredAgainWithinTheGap) {
   EXPECT_EQ(s.period(), 1u);
 }
 
+TEST(BatchSampler, APauseIsNotASlowerStream) {
+  // A fast stream stops for 150 ms right as a window begins (a full garbage collection of a
+  // big heap, the process preempted): that window closes on one batch in 150 ms.
+  BatchSampler s(29);
+  int64_t t = kSecond;
+  feed(s, 400'000, 80'000, t);  // 50 windows of 8,000 batches: the next batch closes one
+  ASSERT_EQ(s.period(), kFastPeriod);
+  s.take(t);
+  t += kSecond * 15 / 100;
+  // The 100 ms after the pause: sampled at half the period at most, not measured in full.
+  auto [measured, weights] = feed(s, 8'000, 80'000, t);
+  EXPECT_EQ(s.period(), kFastPeriod / 2);
+  EXPECT_LT(measured, 2 * 8'000 * 2 / kFastPeriod);
+  feed(s, 1, 80'000, t);  // closes that window: the stream's own period again
+  EXPECT_EQ(s.period(), kFastPeriod);
+  // A stream that slows down evenly is measured in full from the next window on.
+  feed(s, 8'000, 80'000, t);
+  feed(s, 101, 1'000, t);
+  EXPECT_EQ(s.period(), 1u);
+}
+
 TEST(BatchSampler, ARandomSampleDoesNotLineUpWithAPeriodicJob) {
   // Every 64th batch is slow (the job does something every 64 batches): a stride of 64 (or a
   // multiple) would see all of them or none; a random sample sees its share.

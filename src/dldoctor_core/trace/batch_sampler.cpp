@@ -28,6 +28,8 @@ void BatchSampler::reset(uint64_t seed) noexcept {
   last_measured_ns_ = 0;
   window_start_ns_ = 0;
   window_fetches_ = 0;
+  window_max_gap_ns_ = 0;
+  last_count_ns_ = 0;
   per_second_ = 0;
   last_plan_ns_ = 0;
   plan_fetches_ = 0;
@@ -43,16 +45,25 @@ uint64_t BatchSampler::next_random() noexcept {
 }
 
 void BatchSampler::count_next(int64_t now_ns) noexcept {
-  if (window_start_ns_ == 0) window_start_ns_ = now_ns;
+  if (window_start_ns_ == 0) window_start_ns_ = last_count_ns_ = now_ns;
   ++window_fetches_;
   ++plan_fetches_;
+  window_max_gap_ns_ = std::max(window_max_gap_ns_, now_ns - last_count_ns_);
+  last_count_ns_ = now_ns;
   if (const int64_t dt = now_ns - window_start_ns_; dt >= kRateWindowNs) {
     // fetches/s over the window, divided by the measured rate wanted: the period.
     per_second_ = window_fetches_ * 1'000'000'000 / dt;
-    period_ =
+    const uint32_t wanted =
         per_second_ < kSampleAbovePerSecond ? 1 : floor_pow2(per_second_ / measured_per_second_);
+    // A window that one gap fills more than half of may be a pause, not a slower stream (a
+    // full garbage collection, the process preempted): the period falls by half at most, so
+    // the next window is not measured in full. A stream that slowed to such gaps reaches its
+    // period within log2(period) windows, and meanwhile kMaxUnmeasuredNs measures each fetch
+    // after a gap; a stream that slowed down evenly reaches it at once.
+    period_ = 2 * window_max_gap_ns_ > dt ? std::max(wanted, period_ / 2) : wanted;
     window_start_ns_ = now_ns;
     window_fetches_ = 0;
+    window_max_gap_ns_ = 0;
   }
 }
 

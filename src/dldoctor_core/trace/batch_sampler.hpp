@@ -19,7 +19,8 @@ inline constexpr int64_t kMeasuredPerSecond = 250;
 /// Below this rate every fetch is measured; above it, about kMeasuredPerSecond a second.
 /// Normal loaders, whose batches take a millisecond or more, never sample.
 inline constexpr int64_t kSampleAbovePerSecond = 2000;
-/// The rate is estimated over windows this long; the period follows within one window.
+/// The rate is estimated over windows this long; the period follows within one window, but
+/// falls by half at most after a window that one gap filled (a pause is not a slower stream).
 inline constexpr int64_t kRateWindowNs = 100'000'000;
 /// While fetches keep coming, one is measured at least this often whatever the period: when
 /// a fast stream slows down, its events resume within tens of milliseconds, not after
@@ -100,6 +101,8 @@ class BatchSampler {
   int64_t last_measured_ns_ = 0;
   int64_t window_start_ns_ = 0;
   int64_t window_fetches_ = 0;
+  int64_t window_max_gap_ns_ = 0;  ///< the longest gap between two fetches of the window
+  int64_t last_count_ns_ = 0;      ///< the last fetch counted
   int64_t per_second_ = 0;    ///< the last full window's rate (0: none yet)
   int64_t last_plan_ns_ = 0;  ///< the previous plan() (0: none)
   int64_t plan_fetches_ = 0;  ///< fetches counted since then
