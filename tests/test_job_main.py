@@ -68,6 +68,42 @@ def test_every_loader_gets_its_own_id(job):
     check_batches_match(job, b, 4, BATCH_BYTES, end_reason=K.END_SHUTDOWN)
 
 
+def _epoch(data) -> list:
+    from torch.utils.data import DataLoader
+
+    return [b.tolist() for b in DataLoader(data, batch_size=2)]
+
+
+def test_a_loop_that_makes_its_loader_each_epoch_is_one_loader(in_process):
+    # A new DataLoader each epoch, iterated by the same line: one loader, epochs 1, 2, 3, as
+    # one DataLoader iterated three times would be (else each epoch is a loader of its own,
+    # too short to judge). Loaders iterated from other lines, or at the same time, stay apart.
+    from torch.utils.data import DataLoader
+
+    for _ in range(3):
+        assert [b.tolist() for b in DataLoader(list(range(6)), batch_size=2)] == [
+            [0, 1],
+            [2, 3],
+            [4, 5],
+        ]
+    assert _epoch(list(range(4))) == [[0, 1], [2, 3]]  # the same helper from two places:
+    assert _epoch(list(range(2))) == [[0, 1]]  # training and validation
+    for _ in range(2):  # two loaders of one line iterated side by side (zip): two loaders
+        pairs = zip(*[DataLoader(list(range(4)), batch_size=k) for k in (2, 2)])
+        assert [(a.tolist(), b.tolist()) for a, b in pairs] == [([0, 1], [0, 1]), ([2, 3], [2, 3])]
+        del pairs  # zip stopped at the first's end: the second's epoch ends when it goes
+    for workers in (0, 1):  # the same line with another configuration: another loader
+        assert sum(len(b) for b in DataLoader(list(range(4)), num_workers=workers)) == 4
+    starts = [Event(*e) for e in in_process.drain() if e[0] == K.K_ITER_START]
+    ids = [e.loader for e in starts]
+    assert len(set(ids)) == 1 + 2 + 2 + 2, ids
+    assert ids[:3] == [ids[0]] * 3 and [e.v3 for e in starts[:3]] == [1, 2, 3]  # epochs
+    assert len(set(ids[3:5])) == 2 and ids[0] not in ids[3:5]
+    zipped = ids[5:9]  # each zip's two loaders are two ids; the second zip goes on from the first
+    assert zipped[0] != zipped[1] and zipped[:2] == zipped[2:]
+    assert len(set(ids[9:])) == 2 and not set(ids[9:]) & set(ids[:9])
+
+
 def test_thread_facts_recorded_at_iterator_creation(job):
     rec = next(r for r in job.side if r.get("type") == "iter_start")
     assert rec["threads"]["active"] >= 1 and "MainThread" in rec["threads"]["non_daemon"]

@@ -1,7 +1,8 @@
 """The per-loader table stays readable for any number of loaders: a real job with 300
-short-lived loaders (as a test suite makes) under `dldoctor run`; its terminal report shows a
-few loader columns, the busiest first, every line of the table with text in it, and one line
-that sums up the rest; the HTML report the same way.
+short-lived loaders, each iterated in its own function (as a test suite makes), under
+`dldoctor run`; its terminal report shows a few loader columns, the busiest first, every line
+of the table with text in it, and one line that sums up the rest; the HTML report the same
+way.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ pytest.importorskip("torch")
 
 from doctor_run import run_doctor  # noqa: E402
 
-JOB = textwrap.dedent(
-    """
+JOB = (
+    textwrap.dedent(
+        """
     import torch
     from torch.utils.data import DataLoader, Dataset
 
@@ -29,11 +31,14 @@ JOB = textwrap.dedent(
         def __getitem__(self, i):
             return torch.tensor([i])
 
-    for k in range(300):
-        busy = k == 149  # loader 150: the busiest, 20 batches; the others 3
-        for batch in DataLoader(Items(40 if busy else 6), batch_size=2):
-            pass
     """
+    )
+    + "".join(  # 300 tests, each iterating its own DataLoader in its own function
+        f"def test_{k}():\n    for batch in DataLoader(Items({40 if k == 149 else 6}), batch_size=2):"
+        "\n        pass\n"
+        for k in range(300)  # loader 150: the busiest, 20 batches; the others 3
+    )
+    + "for k in range(300):\n    globals()[f'test_{k}']()\n"
 )
 
 BOX = re.compile(r"^[\s\u2500-\u257f]*$")  # box-drawing characters and blanks only

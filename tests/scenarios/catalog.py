@@ -150,6 +150,26 @@ SCENARIOS: list[dict] = [
         "checks": {"verdict": "healthy"},
     },
     {
+        # A new DataLoader each 1.5 s epoch, iterated by the same line: one loader over its
+        # epochs, judged as one (each epoch alone is too short for a verdict).
+        "name": "slow_getitem/loader_per_epoch",
+        "script": "slow_getitem",
+        "args": ["--seconds", "7", "--loader-per-epoch", "1.5"],
+        "expect": "slow_getitem",
+        "checks": {
+            "verdict": "slow_getitem",
+            "findings": {"slow_getitem": {"evidence": {"getitem_p50_ms": {">": 5}}}},
+            "report": {"loaders": {"len": 1}, "loaders.0.batches": {">": 10}},
+        },
+    },
+    {
+        "name": "slow_getitem/loader_per_epoch/healthy",
+        "script": "slow_getitem",
+        "args": ["--healthy", "--seconds", "7", "--loader-per-epoch", "1.5"],
+        "expect": "healthy",
+        "checks": {"verdict": "healthy", "report": {"loaders": {"len": 1}}},
+    },
+    {
         "name": "slow_collate",
         "script": "slow_collate",
         "args": ["--seconds", "7"],

@@ -2,11 +2,14 @@
 
 The images are made at start in a temporary folder. One worker, a light consumer.
 Healthy twin (`--healthy`): the same images stored at training size (resized offline).
+`--loader-per-epoch S`: the same loop written as many scripts write it, a new DataLoader each
+epoch of S seconds (each epoch alone too short to judge): one loader to the doctor.
 """
 
 import os
 import shutil
 import tempfile
+import time
 
 import numpy as np
 import torch
@@ -49,11 +52,20 @@ class Photos(Dataset):
 
 
 def main():
-    args = parser(__doc__).parse_args()
+    ap = parser(__doc__)
+    ap.add_argument("--loader-per-epoch", type=float, default=0, metavar="S")
+    args = ap.parse_args()
     folder = tempfile.mkdtemp(prefix="scenario-jpeg-")
     try:
         size = (SIDE, SIDE) if args.healthy else (1600, 1200)
         paths = write_jpegs(folder, 12, size)
+        if args.loader_per_epoch:
+            n, end = 0, time.monotonic() + args.seconds
+            while time.monotonic() < end:
+                loader = DataLoader(Photos(paths), batch_size=8, num_workers=1)
+                n += consume(loader, min(args.loader_per_epoch, end - time.monotonic()))
+            print("batches:", n)
+            return
         loader = DataLoader(Photos(paths), batch_size=8, num_workers=1)
         print("batches:", consume(loader, args.seconds))
     finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 import time
 import weakref
@@ -43,6 +44,9 @@ PIN_PENDING_MAX = 1024
 # 80,000 batches/s, and says the same each epoch (no fork: its threads do not matter).
 # Each epoch still emits kIterStart; a changed limit or rank is seen within this time.
 SINGLE_EPOCH_NOTE_EVERY_NS = 1_000_000_000
+# A DataLoader is the same loop as an earlier one when both are iterated from the same code
+# (this many frames outside torch's data package and dldoctor) and have the same shape.
+LOOP_SITE_FRAMES = 4
 
 
 class Iterators:
@@ -57,6 +61,7 @@ class Iterators:
         "worker_pids",
         "lengths_pending",
         "noted_ns",
+        "loops",
     )
 
     def __init__(self):
@@ -69,6 +74,9 @@ class Iterators:
         # of the loader ends, when the batches it handed out tell it.
         self.lengths_pending: dict = {}
         self.noted_ns: dict = {}  # loader id -> monotonic ns of its last iter_start note
+        # loop key (loop_key) -> [(loader id, weak reference to its latest DataLoader)]: the
+        # loaders of that loop, as many as were ever iterated at once
+        self.loops: dict = {}
 
     def clear(self) -> None:
         """Forget every iterator and loader (uninstall: the loader ids were the ring's)."""
@@ -79,6 +87,7 @@ class Iterators:
         self.worker_pids.clear()
         self.lengths_pending.clear()
         self.noted_ns.clear()
+        self.loops.clear()
 
 
 class PinTimes:
@@ -97,17 +106,85 @@ PINS = PinTimes()
 
 
 def loader_id(loader) -> int:
+    """The id of `loader`, whose iterator is starting: the one it had; else that of an earlier
+    DataLoader of the same loop (loop_key) that is gone or no longer iterated, so a loop that
+    makes a new DataLoader each epoch is one loader, epoch after epoch; else a new one."""
     try:
         lid = ITERS.loader_ids.get(loader)
         if lid is None:
-            lid = PROCESS.next_loader_id()
-            ITERS.loader_ids[loader] = lid
+            lid = ITERS.loader_ids[loader] = _loop_loader_id(loader)
         return lid
     except TypeError:  # not weakly referenceable or not hashable
         lid = ITERS.loader_ids_fallback.get(id(loader))
         if lid is None:
             lid = ITERS.loader_ids_fallback[id(loader)] = PROCESS.next_loader_id()
         return lid
+
+
+_LIBRARY_DIRS: tuple = ()
+
+
+def _library_dirs() -> tuple:
+    """Where the frames between the user's loop and loader_id live: torch's data package
+    and dldoctor."""
+    global _LIBRARY_DIRS
+    if not _LIBRARY_DIRS:
+        from torch.utils import data
+
+        _LIBRARY_DIRS = tuple(
+            os.path.dirname(m.__file__) + os.sep
+            for m in (data, sys.modules["dldoctor"])
+            if getattr(m, "__file__", None)
+        )
+    return _LIBRARY_DIRS
+
+
+def loop_key(loader):
+    """Where and what `loader` is iterated as: the first LOOP_SITE_FRAMES frames of the
+    caller's stack outside torch's data package and dldoctor (the `for` line, the function
+    that holds it, ...), and the loader's configuration (dataset and sampler types, batch
+    size, workers and how they start, collate_fn, ...). Read from the loader's attributes
+    only, never from its dataset."""
+    skip = _library_dirs()
+    sites = []
+    f = sys._getframe(1)
+    while f is not None and len(sites) < LOOP_SITE_FRAMES:
+        name = f.f_code.co_filename
+        if not name.startswith(skip):
+            sites.append((name, f.f_lineno))
+        f = f.f_back
+    workers = int(getattr(loader, "num_workers", 0) or 0)
+    return (
+        tuple(sites),
+        type(getattr(loader, "dataset", None)),
+        type(getattr(loader, "sampler", None)),
+        type(getattr(loader, "batch_sampler", None)),
+        getattr(loader, "batch_size", None),
+        getattr(loader, "_dataset_kind", None),
+        qualname(getattr(loader, "collate_fn", None)),
+        workers,
+        start_method(loader) if workers > 0 else None,
+        getattr(loader, "prefetch_factor", None),
+        bool(getattr(loader, "persistent_workers", False)),
+        bool(getattr(loader, "pin_memory", False)),
+        bool(getattr(loader, "drop_last", False)),
+    )
+
+
+def _loop_loader_id(loader) -> int:
+    try:
+        key = loop_key(loader)
+        loops = ITERS.loops.setdefault(key, [])
+    except Exception:  # an attribute that cannot be hashed
+        return PROCESS.next_loader_id()
+    busy = {st.loader_id for st in ITERS.states.values() if not st.ended}
+    for i, (lid, ref) in enumerate(loops):
+        if ref() is None or lid not in busy:
+            loops[i] = (lid, weakref.ref(loader))
+            return lid
+    lid = PROCESS.next_loader_id()
+    loops.append((lid, weakref.ref(loader)))
+    return lid
 
 
 def _accelerator_available() -> bool:
