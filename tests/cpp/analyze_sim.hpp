@@ -52,6 +52,7 @@ struct Loader {
   std::optional<double> on_cpu = 0.95;  ///< share of the fetch on CPU; empty: unknown (-1)
   double step_ms = 20;                  ///< the consumer's own time per batch
   std::optional<double> wait_ms;        ///< overrides the modelled wait per batch
+  std::vector<double> wait_pattern_ms;  ///< overrides both: batch i waits [i % size]
   int main_pid = 1000;
   int worker_pid0 = 2000;
   double jitter = 0.2;  ///< ± share of getitem varied deterministically
@@ -86,7 +87,9 @@ inline int64_t feed(Session& s, const Loader& l, int64_t t0, double seconds,
     const double getitem = (l.fetch_ms - l.collate_ms) * (1 + l.jitter * kPattern[i % 5]);
     const int64_t fetch = int64_t((getitem + l.collate_ms) * kMs);
     const bool first = i == 0 && iter_start;
-    const int64_t w_ns = first ? int64_t(l.fetch_ms * kMs) : int64_t(wait * kMs);
+    const double w_ms =
+        l.wait_pattern_ms.empty() ? wait : l.wait_pattern_ms[i % l.wait_pattern_ms.size()];
+    const int64_t w_ns = first ? int64_t(l.fetch_ms * kMs) : int64_t(w_ms * kMs);
     handed = t + w_ns;
     const int worker = l.num_workers ? i % l.num_workers : -1;
     s.ingest(event(trace::EventKind::kWorkerBatch, l.worker_pid(std::max(worker, 0)),

@@ -159,5 +159,43 @@ TEST(AnalyzeVerdict, TooShortAtTheDataBoundGatesEdges) {
   EXPECT_EQ(too_short_to_judge(JobView{}), "");  // no loader: that is kNoLoaderNote's case
 }
 
+TEST(AnalyzeVerdict, ALoopThatWaitsIsNotHealthyWhenNoRuleNamesWhy) {
+  // Workers that fetch in 2 ms for a 20 ms step: the pipeline keeps up, no rule takes the
+  // wait up. Nine batches in ten are ready (0.5 ms to hand over), the tenth waits 60 ms (a
+  // new shard, a pause): 22% of the loop waits for batches not yet made, not healthy, the
+  // note says so. Every batch taking 2 ms to hand over (9% of the loop, all of it the
+  // hand-over) is healthy, as is a loop 4.8% beyond its hand-over.
+  auto run = [](std::vector<double> waits, double seconds = 20) {
+    sim::Loader l;
+    l.fetch_ms = 2;
+    l.wait_pattern_ms = std::move(waits);
+    Session s;
+    s.set_facts(sim::facts(8));
+    sim::feed(s, l, sim::kT0, seconds);
+    std::string why;
+    auto findings = s.findings(0, Window::kWholeRun, why);
+    return std::pair{decide(std::move(findings), true, false, why), why};
+  };
+  std::vector<double> pauses(9, 0.5);
+  pauses.push_back(60);
+  auto [stalled, why] = run(pauses);
+  EXPECT_EQ(stalled.verdict, "unknown");
+  EXPECT_EQ(stalled.note, why);
+  EXPECT_NE(why.find("loader 0 waits for batches not yet made 22% of its time (24% in all, "
+                     "less the 0.5 ms a ready batch takes to hand over"),
+            std::string::npos)
+      << why;
+  auto [handover, none] = run({2.0});
+  EXPECT_EQ(handover.verdict, "healthy");
+  EXPECT_EQ(none, "");
+  std::vector<double> edge(9, 0.5);
+  edge.push_back(0.5 + 10.5);  // 1.05 ms a batch beyond 0.5: 1.05 / 21.55 = 4.9%
+  EXPECT_EQ(run(edge).second, "");
+  edge.back() = 0.5 + 11.5;  // 5.3%
+  EXPECT_NE(run(edge).second, "");
+  // Too short says so first.
+  EXPECT_NE(run(pauses, 1.0).second.find("too short"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace dldoctor::analyze

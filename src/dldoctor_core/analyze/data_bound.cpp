@@ -1,7 +1,10 @@
 // A window too short to judge is neither stalled nor keeping up: no rule speaks of it.
 #include "dldoctor_core/analyze/data_bound.hpp"
 
+#include <algorithm>
 #include <cstdio>
+
+#include "dldoctor_core/analyze/text.hpp"
 
 namespace dldoctor::analyze {
 
@@ -34,6 +37,42 @@ std::string too_short_to_judge(const JobView& job) {
                 (long long)closest->stepped_batches, closest->loop_s, (long long)kMinSteadyBatches,
                 kMinJudgedLoopS);
   return buf;
+}
+
+std::optional<double> stall_beyond_handover(const LoaderView& l) noexcept {
+  if (!l.wait_mean_s || !l.step_mean_s || !l.handover_s) return std::nullopt;
+  const double loop = *l.wait_mean_s + *l.step_mean_s;
+  if (loop <= 0) return std::nullopt;
+  return std::max(0.0, *l.wait_mean_s - *l.handover_s) / loop;
+}
+
+std::string unexplained_stall(const JobView& job) {
+  const LoaderView* worst = nullptr;
+  double worst_share = 0;
+  for (const LoaderView& l : job.loaders) {
+    const std::optional<double> share = stall_beyond_handover(l);
+    if (!stalled(l) || !share || *share < kDataStallFraction || *share <= worst_share) continue;
+    worst = &l;
+    worst_share = *share;
+  }
+  if (!worst) return "";
+  const int rank = worst->rank.known() ? worst->rank.shown() : -1;
+  const std::string who =
+      loader_label(rank, rank >= 0 && worst->rank_loader > 0 ? worst->rank_loader : worst->loader);
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "not healthy, cause not named: the loop of %s waits for batches not yet made "
+                "%.0f%% of its time (%.0f%% in all, less the %.1f ms a ready batch takes to "
+                "hand over; a loader that keeps up: under %.0f%%), and no rule found one cause "
+                "for it",
+                who.c_str(), 100 * worst_share, 100 * *worst->data_stall_fraction,
+                1e3 * *worst->handover_s, 100 * kDataStallFraction);
+  return buf;
+}
+
+std::string not_healthy_note(const JobView& job) {
+  std::string why = too_short_to_judge(job);
+  return why.empty() ? unexplained_stall(job) : why;
 }
 
 }  // namespace dldoctor::analyze

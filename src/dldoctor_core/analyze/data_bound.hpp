@@ -17,6 +17,12 @@ namespace dldoctor::analyze {
 /// than that (DESIGN.md section 4).
 inline constexpr double kDataStallFraction = 0.05;
 
+/// The share of a loader's waits taken as its hand-over cost (LoaderView::handover_s): the
+/// quickest tenth, batches that were ready when the consumer asked. Lower would read the
+/// noise of a few lucky batches; the median would call a loop that waits for every batch
+/// one that waits for none.
+inline constexpr double kHandoverQuantile = 0.1;
+
 /// Consumer steps a window needs before it is judged: fewer give no stable mean, and the
 /// first batches of an epoch are still warming up (page cache, allocator, JIT).
 inline constexpr int64_t kMinSteadyBatches = 5;
@@ -43,5 +49,18 @@ bool keeps_up(const LoaderView& l) noexcept;
 /// time to judge (or it has no loader), else a sentence with the figures of the loader that
 /// came closest and what a verdict needs.
 std::string too_short_to_judge(const JobView& job);
+
+/// The share of `l`'s loop spent waiting beyond its hand-over cost (handover_s per batch):
+/// waiting for batches the workers had not made yet. Empty when unknown.
+std::optional<double> stall_beyond_handover(const LoaderView& l) noexcept;
+
+/// Why `job` is not healthy though no rule named a bottleneck: "" when no judged loader
+/// waits kDataStallFraction of its loop or more beyond the hand-over (stall_beyond_handover),
+/// else a sentence naming the one that waits most. A loop that waits on its loader is not
+/// one whose loader keeps up, whatever the cause.
+std::string unexplained_stall(const JobView& job);
+
+/// The note a healthy verdict must yield to: too_short_to_judge, else unexplained_stall.
+std::string not_healthy_note(const JobView& job);
 
 }  // namespace dldoctor::analyze

@@ -112,6 +112,7 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
   MainSums s;
   s.batches = n;
   if (e.v[1] >= 0) {
+    wait_sample_.push(wait);  // a sampled loop's events are a random sample of its batches
     s.stepped = n;
     s.wait_ns = n * wait;
     s.step_ns = n * e.v[1];

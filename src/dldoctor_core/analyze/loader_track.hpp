@@ -140,6 +140,7 @@ class LoaderTrack {
   static constexpr size_t kRecentSeconds = 32;   ///< > the 10 s window plus late events
   static constexpr size_t kRecentBatches = 4096; ///< the newest batches kept for percentiles
   static constexpr size_t kReservoir = 4096;     ///< whole-run percentile sample
+  static constexpr size_t kWaitSample = 1024;    ///< whole-run sample of the consumer's waits
   static constexpr size_t kMaxEpochs = 1024;     ///< epochs kept (the oldest are dropped)
   static constexpr size_t kSlowest = 16;         ///< slowest batches of the run kept
   /// Finished batches remembered for head-of-line blocking: more than the batches in flight
@@ -179,6 +180,8 @@ class LoaderTrack {
   /// Time span of the main process's batches: first asked .. last handed out.
   std::optional<int64_t> first_batch_ns() const noexcept { return first_main_ns_; }
   std::optional<int64_t> last_batch_ns() const noexcept { return last_main_ns_; }
+  /// Whole-run sample of the consumer's waits (ns) for batches that followed a step.
+  const Reservoir<int64_t>& wait_sample() const noexcept { return wait_sample_; }
   /// The slowest timed batches of the whole run, slowest first.
   const std::vector<WorkerBatchRecord>& slowest() const noexcept { return slowest_; }
   /// The main process's pid as seen on its events (0 unknown).
@@ -192,6 +195,7 @@ class LoaderTrack {
   SecondBuckets<WorkerSums, kRecentSeconds> worker_recent_;
   Ring<WorkerBatchRecord, kRecentBatches> recent_batches_;
   Reservoir<WorkerBatchRecord> reservoir_;
+  Reservoir<int64_t> wait_sample_{kWaitSample};
   std::map<int, WorkerTrack> workers_;
   std::vector<EpochRecord> epochs_;
   int64_t epochs_started_ = 0;

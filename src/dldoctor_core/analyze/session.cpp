@@ -309,6 +309,9 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
       l.wait_mean_s = double(m.wait_ns) / 1e9 / double(m.stepped);
       l.step_mean_s = double(m.step_ns) / 1e9 / double(m.stepped);
       l.batches_per_s = double(m.stepped) / (double(loop_ns) / 1e9);
+      std::vector<double> waits(track.wait_sample().items().begin(),
+                                track.wait_sample().items().end());
+      if (const auto q = quantile(waits, kHandoverQuantile)) l.handover_s = *q / 1e9;
       l.demand_step_s = m.waited >= kMinSteadyBatches
                             ? double(m.waited_step_ns) / 1e9 / double(m.waited)
                             : *l.step_mean_s;
@@ -411,8 +414,8 @@ JobView Session::view(int64_t now_ns, Window w) const {
 }
 
 std::vector<report::Finding> Session::findings(int64_t now_ns, Window w) const {
-  std::string too_short;
-  return findings(now_ns, w, too_short);
+  std::string not_healthy;
+  return findings(now_ns, w, not_healthy);
 }
 
 void Session::note_rank(uint16_t loader, RankId rank) {
@@ -462,9 +465,9 @@ void Session::label_ranks(std::vector<report::Finding>& findings) const {
 }
 
 std::vector<report::Finding> Session::findings(int64_t now_ns, Window w,
-                                               std::string& too_short) const {
+                                               std::string& not_healthy) const {
   JobView v = view(now_ns, w);  // rules run outside the lock: ingest is never held up
-  too_short = too_short_to_judge(v);
+  not_healthy = not_healthy_note(v);
   std::vector<report::Finding> out = run_rules(v);
   label_ranks(out);  // every path to the findings labels their ranks
   return out;

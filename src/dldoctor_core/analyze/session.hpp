@@ -111,9 +111,10 @@ class Session {
 
   /// Findings over `w`, most important first. now_ns = 0: the newest time seen.
   std::vector<report::Finding> findings(int64_t now_ns, Window w) const;
-  /// The same, and in `too_short` why the window is too short to judge ("" when it is not:
-  /// data_bound's too_short_to_judge()), from the same view.
-  std::vector<report::Finding> findings(int64_t now_ns, Window w, std::string& too_short) const;
+  /// The same, and in `not_healthy` why the window cannot be called healthy should no
+  /// finding be critical ("" when it can: data_bound's not_healthy_note()), from the same
+  /// view.
+  std::vector<report::Finding> findings(int64_t now_ns, Window w, std::string& not_healthy) const;
   /// The figures the rules see (for tests and the live view).
   JobView view(int64_t now_ns, Window w) const;
   /// The id of the most important critical finding, else "healthy".

@@ -59,7 +59,7 @@ std::vector<report::Finding> with_hang(std::vector<report::Finding> run,
 }
 
 Decision decide(std::vector<report::Finding> findings, bool any_loader, bool hung,
-                const std::string& too_short) {
+                const std::string& not_healthy) {
   order_findings(findings);
   Decision d;
   if (!any_loader && !hung) {
@@ -67,9 +67,9 @@ Decision decide(std::vector<report::Finding> findings, bool any_loader, bool hun
     d.note = kNoLoaderNote;
   } else {
     d.verdict = verdict(findings);
-    if (d.verdict == "healthy" && !hung && !too_short.empty()) {
+    if (d.verdict == "healthy" && !hung && !not_healthy.empty()) {
       d.verdict = "unknown";
-      d.note = too_short;
+      d.note = not_healthy;
     }
   }
   d.findings = std::move(findings);

@@ -46,9 +46,10 @@ inline constexpr const char* kNoLoaderNote =
     "no DataLoader was seen in this job: nothing to diagnose";
 
 /// Orders `findings` and names the verdict; "unknown" when `any_loader` is false and
-/// `hung` is false, and "unknown" instead of "healthy" when `too_short` says why the run is
-/// too short to judge (data_bound's too_short_to_judge()): no evidence is not health.
+/// `hung` is false, and "unknown" instead of "healthy" when `not_healthy` says why the run
+/// cannot be called healthy (data_bound's not_healthy_note(): too short to judge, or a loop
+/// that waits on its loader for a cause no rule named): no evidence is not health.
 Decision decide(std::vector<report::Finding> findings, bool any_loader, bool hung,
-                const std::string& too_short = "");
+                const std::string& not_healthy = "");
 
 }  // namespace dldoctor::analyze

@@ -137,6 +137,10 @@ struct LoaderView {
   /// wait / (wait + step) over stepped batches: the share of the loop spent waiting.
   std::optional<double> data_stall_fraction;
   std::optional<double> wait_mean_s;  ///< per stepped batch
+  /// What handing over a batch costs the consumer even when one is ready: its quickest
+  /// waits (kHandoverQuantile of the whole run's), the receive and unpickle a worker's batch
+  /// takes. The stall beyond it is time the loop spent waiting for batches not yet made.
+  std::optional<double> handover_s;
   std::optional<double> step_mean_s;  ///< the consumer's own time per batch
   /// The consumer's time per batch over the batches it waited for (kMinSteadyBatches of
   /// them at least), else step_mean_s: its pace while the loader lagged. A run with a fast

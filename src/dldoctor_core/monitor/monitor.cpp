@@ -334,11 +334,11 @@ std::vector<report::Finding> Monitor::last_hang_findings() const {
 }
 
 analyze::Decision Monitor::decide(analyze::Window w) const {
-  std::string too_short;
-  std::vector<report::Finding> findings = session_.findings(0, w, too_short);
+  std::string not_healthy;
+  std::vector<report::Finding> findings = session_.findings(0, w, not_healthy);
   const bool hung = w == analyze::Window::kWholeRun && watchdog_ && watchdog_->hangs() > 0;
   if (hung) findings = analyze::with_hang(std::move(findings), last_hang_findings());
-  return analyze::decide(std::move(findings), session_.any_loader(), hung, too_short);
+  return analyze::decide(std::move(findings), session_.any_loader(), hung, not_healthy);
 }
 
 void Monitor::drain_loop() {
