@@ -18,21 +18,13 @@ uint32_t floor_pow2(int64_t n) {
 
 }  // namespace
 
+uint64_t BatchSampler::first_random(uint64_t seed, const void* at) noexcept {
+  if (seed == 0) seed = uint64_t(now_ns()) ^ (uint64_t(reinterpret_cast<uintptr_t>(at)) << 16);
+  return seed | 1;
+}
+
 void BatchSampler::reset(uint64_t seed) noexcept {
-  if (seed == 0) seed = uint64_t(now_ns()) ^ (uint64_t(reinterpret_cast<uintptr_t>(this)) << 16);
-  rng_ = seed | 1;
-  period_ = 1;
-  weight_ = 1;
-  unmeasured_ = 0;
-  measured_ = 0;
-  last_measured_ns_ = 0;
-  window_start_ns_ = 0;
-  window_fetches_ = 0;
-  window_max_gap_ns_ = 0;
-  last_count_ns_ = 0;
-  per_second_ = 0;
-  last_plan_ns_ = 0;
-  plan_fetches_ = 0;
+  *this = BatchSampler(seed, measured_per_second_);
 }
 
 void BatchSampler::resume(uint32_t period) noexcept { period_ = floor_pow2(int64_t(period)); }

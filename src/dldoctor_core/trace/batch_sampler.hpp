@@ -40,9 +40,8 @@ class BatchSampler {
   /// fetches cost more where they run).
   explicit BatchSampler(uint64_t seed = 0,
                         int64_t measured_per_second = kMeasuredPerSecond) noexcept
-      : measured_per_second_(measured_per_second > 0 ? measured_per_second : 1) {
-    reset(seed);
-  }
+      : measured_per_second_(measured_per_second > 0 ? measured_per_second : 1),
+        rng_(first_random(seed, this)) {}
 
   /// A fetch of this stream starts at `now_ns`. True: measure it (its event stands for
   /// weight() fetches). `force`: measure it whatever the sample says (a profiled fetch);
@@ -88,6 +87,8 @@ class BatchSampler {
   void resume(uint32_t period) noexcept;
 
  private:
+  /// The generator's state from `seed` (0: the clock and `at`).
+  static uint64_t first_random(uint64_t seed, const void* at) noexcept;
   uint64_t next_random() noexcept;
   /// Counts the next fetch in the rate window; a window that is over sets the period.
   void count_next(int64_t now_ns) noexcept;
