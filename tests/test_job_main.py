@@ -77,7 +77,8 @@ def _epoch(data) -> list:
 def test_a_loop_that_makes_its_loader_each_epoch_is_one_loader(in_process):
     # A new DataLoader each epoch, iterated by the same line: one loader, epochs 1, 2, 3, as
     # one DataLoader iterated three times would be (else each epoch is a loader of its own,
-    # too short to judge). Loaders iterated from other lines, or at the same time, stay apart.
+    # too short to judge). Loaders iterated from other lines, or at the same time, or
+    # configured otherwise, stay apart.
     from torch.utils.data import DataLoader
 
     for _ in range(3):
@@ -94,14 +95,26 @@ def test_a_loop_that_makes_its_loader_each_epoch_is_one_loader(in_process):
         del pairs  # zip stopped at the first's end: the second's epoch ends when it goes
     for workers in (0, 1):  # the same line with another configuration: another loader
         assert sum(len(b) for b in DataLoader(list(range(4)), num_workers=workers)) == 4
+    held = []
+    for pause in (main.LOOP_IDLE_NS / 1e9 + 0.1, 0, None):
+        # Left after a batch but held (Lightning's sanity check): done with once idle for
+        # LOOP_IDLE_NS, as the second is; the third comes while the second was just used.
+        it = iter(DataLoader(list(range(8)), batch_size=2, num_workers=1))
+        assert next(it).tolist() == [0, 1]
+        held.append(it)
+        if pause:
+            time.sleep(pause)
     starts = [Event(*e) for e in in_process.drain() if e[0] == K.K_ITER_START]
     ids = [e.loader for e in starts]
-    assert len(set(ids)) == 1 + 2 + 2 + 2, ids
+    assert len(set(ids)) == 1 + 2 + 2 + 2 + 2, str(ids)
     assert ids[:3] == [ids[0]] * 3 and [e.v3 for e in starts[:3]] == [1, 2, 3]  # epochs
     assert len(set(ids[3:5])) == 2 and ids[0] not in ids[3:5]
     zipped = ids[5:9]  # each zip's two loaders are two ids; the second zip goes on from the first
     assert zipped[0] != zipped[1] and zipped[:2] == zipped[2:]
-    assert len(set(ids[9:])) == 2 and not set(ids[9:]) & set(ids[:9])
+    assert len(set(ids[9:11])) == 2 and not set(ids[9:11]) & set(ids[:9])
+    h = ids[11:]
+    assert h[0] == h[1] != h[2] and not set(h) & set(ids[:11])
+    del held
 
 
 def test_thread_facts_recorded_at_iterator_creation(job):

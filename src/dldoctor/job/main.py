@@ -47,6 +47,11 @@ SINGLE_EPOCH_NOTE_EVERY_NS = 1_000_000_000
 # A DataLoader is the same loop as an earlier one when both are iterated from the same code
 # (this many frames outside torch's data package and dldoctor) and have the same shape.
 LOOP_SITE_FRAMES = 4
+# An earlier loader of the same loop whose iterator has not ended (a loop left with `break`
+# while something still holds the iterator, as Lightning does after its sanity check) is
+# done with once it has handed out nothing for this long; one that handed out nothing yet
+# (zip() makes both iterators first) or did so since is iterated beside the new one.
+LOOP_IDLE_NS = 1_000_000_000
 
 
 class Iterators:
@@ -74,8 +79,8 @@ class Iterators:
         # of the loader ends, when the batches it handed out tell it.
         self.lengths_pending: dict = {}
         self.noted_ns: dict = {}  # loader id -> monotonic ns of its last iter_start note
-        # loop key (loop_key) -> [(loader id, weak reference to its latest DataLoader)]: the
-        # loaders of that loop, as many as were ever iterated at once
+        # loop key (loop_key) -> the ids of that loop's loaders, as many as were ever
+        # iterated at once
         self.loops: dict = {}
 
     def clear(self) -> None:
@@ -107,8 +112,8 @@ PINS = PinTimes()
 
 def loader_id(loader) -> int:
     """The id of `loader`, whose iterator is starting: the one it had; else that of an earlier
-    DataLoader of the same loop (loop_key) that is gone or no longer iterated, so a loop that
-    makes a new DataLoader each epoch is one loader, epoch after epoch; else a new one."""
+    DataLoader of the same loop (loop_key) no longer iterated, so a loop that makes a new
+    DataLoader each epoch is one loader, epoch after epoch; else a new one."""
     try:
         lid = ITERS.loader_ids.get(loader)
         if lid is None:
@@ -171,20 +176,27 @@ def loop_key(loader):
     )
 
 
+def _done_with(st, now_ns: int) -> bool:
+    if st.ended:
+        return True
+    last = st.last_handout  # 0: none yet, or a single-process run still going
+    return not st.in_next and last > 0 and now_ns - last >= LOOP_IDLE_NS
+
+
 def _loop_loader_id(loader) -> int:
     try:
-        key = loop_key(loader)
-        loops = ITERS.loops.setdefault(key, [])
+        lids = ITERS.loops.setdefault(loop_key(loader), [])
     except Exception:  # an attribute that cannot be hashed
         return PROCESS.next_loader_id()
-    busy = {st.loader_id for st in ITERS.states.values() if not st.ended}
-    for i, (lid, ref) in enumerate(loops):
-        if ref() is None or lid not in busy:
-            loops[i] = (lid, weakref.ref(loader))
+    # Busy: an iterator of that id still going (a DataLoader may be gone while its iterator
+    # goes on: torch's iterators keep what they need of it, not the loader).
+    now = time.monotonic_ns()
+    busy = {st.loader_id for st in ITERS.states.values() if not _done_with(st, now)}
+    for lid in lids:
+        if lid not in busy:
             return lid
-    lid = PROCESS.next_loader_id()
-    loops.append((lid, weakref.ref(loader)))
-    return lid
+    lids.append(PROCESS.next_loader_id())
+    return lids[-1]
 
 
 def _accelerator_available() -> bool:
