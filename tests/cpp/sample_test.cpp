@@ -21,6 +21,7 @@
 #include "dldoctor_core/sample/meminfo.hpp"
 #include "dldoctor_core/sample/pressure.hpp"
 #include "dldoctor_core/sample/proc_file.hpp"
+#include "dldoctor_core/sample/process_reader.hpp"
 #include "dldoctor_core/sample/process_tree.hpp"
 #include "dldoctor_core/sample/sampler.hpp"
 #include "dldoctor_core/sample/schedstat.hpp"
@@ -148,6 +149,27 @@ TEST(SampleSmapsRollup, PssIsNotPssAnon) {
   auto missing = parse_smaps_rollup("Rss:  1764 kB\n");
   EXPECT_FALSE(missing.pss_bytes);
   EXPECT_FALSE(missing.private_dirty_bytes);
+}
+
+TEST(SampleSmapsRollup, ReadLessOftenWhileTheGrowthIsSlow) {
+  // A worker copying 0.4 MiB/s (a list-backed dataset's refcounts): the gap doubles up to 8
+  // periods and stays there, where a 1 MiB-per-read test called it growing at 4 periods (4 s
+  // of 1 MiB/s... 1.6 MiB) and started over. 1 MiB/s or more: read every period again.
+  using dldoctor::sample::ProcessReader;
+  constexpr int64_t kMiB = 1 << 20, kS = 1'000'000'000;
+  uint32_t b = 1;
+  int64_t dirty = 10 * kMiB;
+  for (int i = 0; i < 6; ++i) {
+    const int64_t dt = int64_t(b) * kS;  // smaps_every periods of 1 s
+    const int64_t now = dirty + dt * 4 / 10 * kMiB / kS;
+    b = ProcessReader::next_smaps_backoff(b, dirty, now, dt);
+    dirty = now;
+  }
+  EXPECT_EQ(b, ProcessReader::kSmapsMaxBackoff);
+  EXPECT_EQ(ProcessReader::next_smaps_backoff(b, dirty, dirty + 9 * kMiB, 8 * kS), 1u);
+  EXPECT_EQ(ProcessReader::next_smaps_backoff(b, dirty, dirty - kMiB, 8 * kS), 8u);  // freed
+  EXPECT_EQ(ProcessReader::next_smaps_backoff(4, std::nullopt, dirty, kS), 1u);  // first read
+  EXPECT_EQ(ProcessReader::next_smaps_backoff(2, dirty, dirty, kS), 4u);
 }
 
 TEST(SampleWchan, ZeroMeansNone) {

@@ -271,15 +271,25 @@ std::optional<int64_t> ProcessReader::age_ns(int64_t boot_now_ns) const noexcept
   return boot_now_ns - *start_ticks_ * tick_ns();
 }
 
+uint32_t ProcessReader::next_smaps_backoff(uint32_t backoff, std::optional<int64_t> before,
+                                           std::optional<int64_t> now, int64_t dt_ns) noexcept {
+  if (!before || !now) return 1;
+  // Per second of the gap, and never less than a second's worth (reads taken close together).
+  const double seconds = std::max(double(dt_ns) / 1e9, 1.0);
+  const bool slow = double(*now - *before) < double(kSmapsGrowingBytesPerS) * seconds;
+  return slow ? std::min(backoff * 2, kSmapsMaxBackoff) : 1;
+}
+
 int64_t ProcessReader::read_smaps(ReadBuffer& buf, uint64_t pass, ProcessSample& out) {
   const int64_t cpu_start = thread_cpu_ns();
   SmapsRollup smaps;
   if (auto text = read_whole(proc_path(pid_, "smaps_rollup").c_str(), buf)) {
     smaps = parse_smaps_rollup(*text);
   }
-  const bool flat = private_dirty_bytes_ && smaps.private_dirty_bytes &&
-                    *smaps.private_dirty_bytes - *private_dirty_bytes_ < kSmapsGrowingBytes;
-  smaps_backoff_ = flat ? std::min(smaps_backoff_ * 2, kSmapsMaxBackoff) : 1;
+  const int64_t t = now_ns();
+  smaps_backoff_ = next_smaps_backoff(smaps_backoff_, private_dirty_bytes_,
+                                      smaps.private_dirty_bytes, smaps_t_ns_ ? t - smaps_t_ns_ : 0);
+  smaps_t_ns_ = t;
   pss_bytes_ = out.pss_bytes = smaps.pss_bytes;
   private_dirty_bytes_ = out.private_dirty_bytes = smaps.private_dirty_bytes;
   out.smaps_fresh = true;

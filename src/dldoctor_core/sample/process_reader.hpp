@@ -56,13 +56,20 @@ class ProcessReader {
   uint64_t smaps_pass() const noexcept { return smaps_pass_; }
 
   /// How many of the sampler's smaps periods (SamplerOptions::smaps_every) its next
-  /// smaps_rollup read waits: 1 while the process's private memory grows (by
-  /// kSmapsGrowingBytes or more from one read to the next), doubling up to kSmapsMaxBackoff
-  /// while it does not. The series is read for a growth (cow_memory_growth), which a flat
-  /// process does not have, and each read walks every page the process maps.
+  /// smaps_rollup read waits (next_smaps_backoff): 1 while the process's private memory grows
+  /// by kSmapsGrowingBytesPerS or more, doubling up to kSmapsMaxBackoff while it grows more
+  /// slowly. The series is read for a growth (cow_memory_growth), which a slow one shows as
+  /// well over fewer reads, and each read walks every page the process maps (~4 ms for a
+  /// worker of a process that imported torch).
   uint32_t smaps_backoff() const noexcept { return smaps_backoff_; }
-  static constexpr int64_t kSmapsGrowingBytes = 1 << 20;
+  static constexpr int64_t kSmapsGrowingBytesPerS = 1 << 20;
   static constexpr uint32_t kSmapsMaxBackoff = 8;
+  /// The backoff after a read that found private_dirty at `now` bytes, `dt_ns` after one
+  /// that found `before` (a second at least). The test is a rate: a list-backed dataset's
+  /// workers copy ~0.4 MiB/s each, which a bytes-per-read test (1 MiB) called growing at
+  /// every other read as the gap doubled, so they were read every 1-2 periods, not every 8.
+  static uint32_t next_smaps_backoff(uint32_t backoff, std::optional<int64_t> before,
+                                     std::optional<int64_t> now, int64_t dt_ns) noexcept;
 
  private:
   struct ThreadState {
@@ -108,6 +115,7 @@ class ProcessReader {
   std::optional<double> rchar_per_s_, read_bytes_per_s_;
   std::optional<int64_t> status_rss_bytes_, pss_bytes_, private_dirty_bytes_, open_fds_;
   uint64_t smaps_pass_ = 0;
+  int64_t smaps_t_ns_ = 0;  ///< when smaps_rollup was last read (0: never)
   uint32_t smaps_backoff_ = 1;
   std::string wchan_;
   bool wchan_fresh_ = false;  // wchan_ was read while the process slept, and it still sleeps
