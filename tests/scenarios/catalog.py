@@ -68,6 +68,33 @@ SHM_MIB = 24  # the /dev/shm tmpfs of the shm scenarios
 OOM_MIB = 256  # the memory cgroup of the memory scenarios
 TWO_CPUS = {"cpus": 2}  # thread_oversubscription runs two workers on two CPUs
 
+
+def worker_hang_entry(on: str, **evidence) -> dict:
+    """worker_hang.py with its worker stuck in __getitem__ on `on` ("": its default lock):
+    named in time, at that stage and frame, with `evidence` besides."""
+    return {
+        "name": "worker_hang/" + on if on else "worker_hang",
+        "script": "worker_hang",
+        "args": (["--on", on] if on else []) + ["--seconds", "30"],
+        "doctor_args": HANG,
+        "expect": "worker_hang",
+        "checks": {
+            "returncode": HANG_ABORT_RC,
+            "verdict": "worker_hang",
+            "findings": {
+                "worker_hang": {
+                    "evidence": {
+                        "stage": "getitem",
+                        "frame": {"contains": "__getitem__"},
+                        **evidence,
+                        **NAMED_IN_TIME,
+                    }
+                }
+            },
+        },
+    }
+
+
 SCENARIOS: list[dict] = [
     # -- throughput: field guide causes 1, 2, 4 ---------------------------------------------
     {
@@ -300,70 +327,10 @@ SCENARIOS: list[dict] = [
         "expect": "healthy",
         "checks": {"verdict": "healthy", "report": {"hang": {"present": False}}},
     },
-    {
-        "name": "worker_hang",
-        "script": "worker_hang",
-        "args": ["--seconds", "30"],
-        "doctor_args": HANG,
-        "expect": "worker_hang",
-        "checks": {
-            "returncode": HANG_ABORT_RC,
-            "verdict": "worker_hang",
-            "findings": {
-                "worker_hang": {
-                    "evidence": {
-                        "stage": "getitem",
-                        "frame": {"contains": "__getitem__"},
-                        **NAMED_IN_TIME,
-                    }
-                }
-            },
-        },
-    },
-    {
-        "name": "worker_hang/pipe",
-        "script": "worker_hang",
-        "args": ["--on", "pipe", "--seconds", "30"],
-        "doctor_args": HANG,
-        "expect": "worker_hang",
-        "checks": {
-            "returncode": HANG_ABORT_RC,
-            "verdict": "worker_hang",
-            "findings": {
-                "worker_hang": {
-                    "evidence": {
-                        "stage": "getitem",
-                        "frame": {"contains": "__getitem__"},
-                        "syscall": "read",
-                        **NAMED_IN_TIME,
-                    }
-                }
-            },
-        },
-    },
+    worker_hang_entry(""),
+    worker_hang_entry("pipe", syscall="read"),
     # The worker's main thread is stuck in C: its stack comes from the native dump.
-    {
-        "name": "worker_hang/native",
-        "script": "worker_hang",
-        "args": ["--on", "native", "--seconds", "30"],
-        "doctor_args": HANG,
-        "expect": "worker_hang",
-        "checks": {
-            "returncode": HANG_ABORT_RC,
-            "verdict": "worker_hang",
-            "findings": {
-                "worker_hang": {
-                    "evidence": {
-                        "stage": "getitem",
-                        "frame": {"contains": "__getitem__"},
-                        "top_frame": {"contains": "decode_native"},
-                        "syscall": "futex",
-                        **NAMED_IN_TIME,
-                    }
-                }
-            },
-        },
-    },
+    worker_hang_entry("native", top_frame={"contains": "decode_native"}, syscall="futex"),
     {
         "name": "worker_hang/native/healthy",
         "script": "worker_hang",
