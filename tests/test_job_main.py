@@ -96,7 +96,7 @@ def test_a_loop_that_makes_its_loader_each_epoch_is_one_loader(in_process):
     for workers in (0, 1):  # the same line with another configuration: another loader
         assert sum(len(b) for b in DataLoader(list(range(4)), num_workers=workers)) == 4
     held = []
-    for pause in (main.LOOP_IDLE_NS / 1e9 + 0.1, 0, None):
+    for pause in (main.LOOP_IDLE_NS / 1e9 + 0.1, 0, 0):
         # Left after a batch but held (Lightning's sanity check): done with once idle for
         # LOOP_IDLE_NS, as the second is; the third comes while the second was just used.
         it = iter(DataLoader(list(range(8)), batch_size=2, num_workers=1))

@@ -34,7 +34,7 @@ from .events import (
     K_ITER_START,
     START_METHODS,
 )
-from .process import PROCESS, hide_frame, note, qualname, type_name
+from .process import JOB_DIR, PROCESS, hide_frame, note, qualname, type_name
 from .worker import _WorkerInit
 
 # Pinned batches never handed out (an epoch cut short) are forgotten past this many.
@@ -126,22 +126,13 @@ def loader_id(loader) -> int:
         return lid
 
 
-_LIBRARY_DIRS: tuple = ()
-
-
+@functools.cache
 def _library_dirs() -> tuple:
     """Where the frames between the user's loop and loader_id live: torch's data package
     and dldoctor."""
-    global _LIBRARY_DIRS
-    if not _LIBRARY_DIRS:
-        from torch.utils import data
+    from torch.utils import data
 
-        _LIBRARY_DIRS = tuple(
-            os.path.dirname(m.__file__) + os.sep
-            for m in (data, sys.modules["dldoctor"])
-            if getattr(m, "__file__", None)
-        )
-    return _LIBRARY_DIRS
+    return (os.path.dirname(data.__file__) + os.sep, os.path.dirname(JOB_DIR) + os.sep)
 
 
 def loop_key(loader):

@@ -56,9 +56,9 @@ std::string unexplained_stall(const JobView& job) {
     worst_share = *share;
   }
   if (!worst) return "";
-  const int rank = worst->rank.known() ? worst->rank.shown() : -1;
-  const std::string who =
-      loader_label(rank, rank >= 0 && worst->rank_loader > 0 ? worst->rank_loader : worst->loader);
+  const bool ranked = worst->rank.known();  // then its number among its rank's loaders
+  const std::string who = loader_label(ranked ? worst->rank.shown() : -1,
+                                       ranked ? worst->rank_loader : worst->loader);
   char buf[400];
   std::snprintf(buf, sizeof buf,
                 "not healthy, cause not named: the loop of %s waits for batches not yet made "
