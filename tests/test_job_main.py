@@ -175,6 +175,54 @@ def test_a_fast_single_process_loop_is_a_sample_with_exact_counts(tmp_path):
     assert any(e.weight > 1 for e in evs if e.kind == K.K_MAIN_BATCH)
 
 
+def test_a_fast_loader_with_workers_hands_out_a_sample_with_exact_counts(tmp_path):
+    # A loader with workers past 500 batches a second has its hand-outs measured as a sample,
+    # each batch still counted, and the next batch due noted at every hand-out for the hang
+    # doctor (the ring's progress table), measured or not.
+    from torch.utils.data import DataLoader
+
+    ring = _ext.EventRing.create(str(tmp_path / "events.ring"), 1 << 18)
+    n = 3000  # batch_size 8 of ints, 2 workers: about a thousand batches a second
+    data = list(range(8 * n))
+    plain = [b.sum().item() for b in DataLoader(data, batch_size=8, num_workers=2)]
+    assert hooks.install(ring.path, str(tmp_path))
+    try:
+        loader = DataLoader(data, batch_size=8, num_workers=2)
+        t0 = time.monotonic()
+        watched = [b.sum().item() for b in loader]
+        rate = n / (time.monotonic() - t0)
+        it = iter(loader)
+        half = [next(it).sum().item() for _ in range(n // 2)]
+        so_far = [Event(*e) for e in ring.drain()]
+        (start,) = [e for e in so_far if e.kind == K.K_ITER_START][1:]
+        assert ring.progress(start.loader, start.v3) == n // 2  # batch n/2 is due next
+        assert ring.progress(start.loader, start.v3 - 1) == -1  # the slot is this epoch's now
+        del it
+        gc.collect()
+    finally:
+        hooks.uninstall()
+    evs = so_far + [Event(*e) for e in ring.drain()]
+    ring.close()
+    assert watched == plain and half == plain[: n // 2]
+    ends = [e for e in evs if e.kind == K.K_ITER_END]
+    assert [(e.index, e.v0) for e in ends] == [(n, K.END_EXHAUSTED), (n // 2, K.END_SHUTDOWN)]
+    first_end = ends[0].t_ns
+    for end, mine in (
+        (ends[0], [e for e in evs if e.t_ns <= first_end]),
+        (ends[1], [e for e in evs if e.t_ns > first_end]),
+    ):
+        handouts = [e for e in mine if e.kind == K.K_MAIN_BATCH]
+        assert sum(max(e.weight, 1) for e in handouts) + end.v3 == end.index  # each counted
+        assert end.v2 == 0  # the workers count their own fetches
+        assert handouts[0].index == 0 and handouts[0].v1 == -1 and handouts[0].weight == 1
+        assert all(e.worker == e.index % 2 for e in handouts)  # in order: batch i, worker i % 2
+        assert all(e.v0 >= 0 for e in handouts)  # the wait of each measured one
+    main = [e for e in evs if e.kind == K.K_MAIN_BATCH and e.t_ns <= first_end]
+    if rate > 800:  # a sample (unless a crowded machine slowed the loop down)
+        assert len(main) < n / 3
+        assert any(e.weight > 1 for e in main)
+
+
 def _epochs(evs):
     """Each epoch's events (its loader's, kIterStart .. kIterEnd) with its end event, in the
     order the epochs ended."""

@@ -81,6 +81,11 @@ class EventRing:
 
     def next_loader_id(self) -> int: ...
 
+    def progress(self, loader: int, epoch: int) -> int:
+        """
+        The next batch loader's main process will hand out in epoch (noted at each hand-out, measured or not); -1 when none was noted.
+        """
+
     def set_stall_timeout(self, seconds: float) -> None:
         """How long to wait for a reserved slot before skipping it as lost."""
 

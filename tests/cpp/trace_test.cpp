@@ -335,6 +335,29 @@ TEST_F(TraceRing, LoaderIdsAreUniqueAcrossThreads) {
   EXPECT_EQ(all.count(0), 0u);
 }
 
+TEST_F(TraceRing, ProgressIsEachLoadersOwnAndOfItsEpoch) {
+  auto ring = EventRing::create(path(), 16);
+  auto writer = EventRing::open(path());  // another process's mapping, as the job's
+  EXPECT_EQ(ring.progress(3, 1), -1);     // nothing noted yet
+  writer.note_progress(3, 1, 0);
+  EXPECT_EQ(ring.progress(3, 1), 0);  // batch 0 is due: a key of its own, not "none"
+  writer.note_progress(3, 1, 41);
+  EXPECT_EQ(ring.progress(3, 1), 41);
+  EXPECT_EQ(ring.progress(3, 2), -1);  // the next epoch noted nothing yet
+  EXPECT_EQ(ring.progress(4, 1), -1);
+  writer.note_progress(3, 2, (int64_t{1} << 40) - 1);  // the largest index a key holds
+  EXPECT_EQ(ring.progress(3, 2), (int64_t{1} << 40) - 1);
+  // A loader sharing the slot overwrites it: the other reads "unknown", never its index.
+  const uint16_t other = 3 + dldoctor::trace::kProgressSlots;
+  writer.note_progress(other, 2, 7);
+  EXPECT_EQ(ring.progress(other, 2), 7);
+  EXPECT_EQ(ring.progress(3, 2), -1);
+  // A fresh ring starts with every slot empty.
+  auto fresh = EventRing::create(path("fresh"), 16);
+  for (uint16_t l = 0; l < dldoctor::trace::kProgressSlots; ++l)
+    EXPECT_EQ(fresh.progress(l, 0), -1);
+}
+
 // -- Which batches of a stream are measured (BatchSampler) ----------------------------------
 namespace {
 
@@ -384,6 +407,25 @@ TEST(BatchSampler, SamplingStartsAtItsRateNotAtTheMeasuredRate) {
   t = kSecond;
   feed(above, 2 * kSampleAbovePerSecond * 2, kSampleAbovePerSecond * 2, t);
   EXPECT_GT(above.period(), 1u);
+}
+
+TEST(BatchSampler, AStreamMayBeSampledFromALowerRate) {
+  // A loader with workers samples its hand-outs from 500 a second on (at 64 a second).
+  BatchSampler hand_outs(29, 64, 500), fetches(31);
+  int64_t t = kSecond;
+  auto [measured, weights] = feed(hand_outs, 4 * 1200, 1200, t);  // four seconds at 1,200/s
+  EXPECT_EQ(hand_outs.period(), 16u);  // 1,200 / 64 = 18, down to a power of two
+  EXPECT_LT(measured, 4 * 1200 / 4);
+  EXPECT_EQ(weights + hand_outs.unmeasured(), 4 * 1200);
+  t = kSecond;
+  feed(fetches, 4 * 1200, 1200, t);
+  EXPECT_EQ(fetches.period(), 1u);  // the default: every batch below 2,000 a second
+  hand_outs.reset();
+  t = kSecond;
+  feed(hand_outs, 4 * 1200, 1200, t);
+  EXPECT_EQ(hand_outs.period(), 16u);  // a reset keeps both rates
+  feed(hand_outs, 3 * 400, 400, t);
+  EXPECT_EQ(hand_outs.period(), 1u);  // below its rate: every batch
 }
 
 TEST(BatchSampler, AFastStreamIsSampledAndItsCountStaysExact) {

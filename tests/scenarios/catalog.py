@@ -69,13 +69,13 @@ OOM_MIB = 256  # the memory cgroup of the memory scenarios
 TWO_CPUS = {"cpus": 2}  # thread_oversubscription runs two workers on two CPUs
 
 
-def worker_hang_entry(on: str, **evidence) -> dict:
-    """worker_hang.py with its worker stuck in __getitem__ on `on` ("": its default lock):
-    named in time, at that stage and frame, with `evidence` besides."""
+def worker_hang_entry(on: str, *extra: str, name: str = "", **evidence) -> dict:
+    """worker_hang.py with its worker stuck in __getitem__ on `on` ("": its default lock) and
+    the `extra` arguments: named in time, at that stage and frame, with `evidence` besides."""
     return {
-        "name": "worker_hang/" + on if on else "worker_hang",
+        "name": "worker_hang/" + (name or on) if name or on else "worker_hang",
         "script": "worker_hang",
-        "args": (["--on", on] if on else []) + ["--seconds", "30"],
+        "args": (["--on", on] if on else []) + [*extra, "--seconds", "30"],
         "doctor_args": HANG,
         "expect": "worker_hang",
         "checks": {
@@ -331,6 +331,9 @@ SCENARIOS: list[dict] = [
     worker_hang_entry("pipe", syscall="read"),
     # The worker's main thread is stuck in C: its stack comes from the native dump.
     worker_hang_entry("native", top_frame={"contains": "decode_native"}, syscall="futex"),
+    # Thousands of batches a second before the hang: their hand-outs are a sample, and the
+    # batch the loop waits for is still exact (the ring's progress table, not the events).
+    worker_hang_entry("", "--after", "3000", name="after_fast_batches", waiting_batch=3000),
     {
         "name": "worker_hang/native/healthy",
         "script": "worker_hang",

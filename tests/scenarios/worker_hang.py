@@ -6,6 +6,8 @@ pipe whose writer stays open and never writes (a reader with no data). `--on nat
 that blocks on a pthread mutex the main process held when it forked the worker (a native
 library's lock inherited locked through fork): the worker's main thread never comes back to
 Python, so its stack comes from the native stack dump, not the safe-point one.
+`--after N`: the first N batches come at once, to a loop with no model step (a fast loader, whose hand-outs dldoctor measures
+as a sample) and batch N waits: the report names batch N as the one the loop waits for.
 Healthy twin (`--healthy`): the event is set / the pipe is filled / the mutex is free before
 the loader starts.
 
@@ -25,21 +27,24 @@ SAMPLE_BYTES = 8
 
 
 class Waits(Dataset):
-    def __init__(self, ready):
+    def __init__(self, ready, after=0):
         self.ready = ready
+        self.after = after  # samples that come at once before the wait
 
     def __len__(self):
         return 100_000
 
     def __getitem__(self, i):
-        self.ready.wait()
+        if i >= self.after:
+            self.ready.wait()
         return torch.full((8,), float(i))
 
     def __getstate__(self):
-        return {"ready": None}
+        return {"ready": None, "after": self.after}
 
     def __setstate__(self, state):
         self.ready = _READY
+        self.after = state["after"]
 
 
 class FromPipe(Dataset):
@@ -85,6 +90,7 @@ def main():
         default="event",
         help="what __getitem__ waits for",
     )
+    ap.add_argument("--after", type=int, default=0, help="batches that come before the wait")
     ap.add_argument("--ddp", action="store_true", help="a rank of a torchrun job")
     args = ap.parse_args()
     if args.ddp:
@@ -107,9 +113,10 @@ def main():
     else:
         if args.healthy:
             _READY.set()
-        dataset = Waits(_READY)
+        dataset = Waits(_READY, after=4 * args.after)
     loader = DataLoader(dataset, batch_size=4, num_workers=1)
-    print("batches:", consume(loader, args.seconds))
+    fast = {"step": None} if args.after else {}  # no model step: batches as fast as they come
+    print("batches:", consume(loader, args.seconds, **fast))
 
 
 if __name__ == "__main__":

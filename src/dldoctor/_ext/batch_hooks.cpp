@@ -58,6 +58,14 @@ constexpr int64_t kCudaMemoryEveryNs = 1'000'000'000;
 // almost none (bench/hooks_ab.py; a pass-through hook 0.992); 64-128 a second is still
 // 640-1,280 batches in a rule's 10 s window.
 constexpr int64_t kHandoutsMeasuredPerSecond = 64;
+// A loader with workers has its hand-outs sampled from this rate on (at
+// kHandoutsMeasuredPerSecond), not from trace::kSampleAbovePerSecond: its hand-out event is the
+// consumer's wait alone (the fetch is the worker's own event), each one costs the main process
+// ~2 us of attribute reads, clock reads and the ring on a ~500 us batch, and such a loop is
+// bound by the round trip between the processes, which any work in between lengthens. The
+// hang doctor still learns each hand-out: the next batch due goes into the ring's progress
+// table (one word) at every one.
+constexpr int64_t kMultiHandoutsSampleAbovePerSecond = 500;
 constexpr int64_t kLongAgoNs = int64_t{1} << 62;
 // Hand-out samplers remembered per loader (a new epoch goes on from its loader's last);
 // past this many loaders the memory starts over.
@@ -140,8 +148,8 @@ struct IterState {
   PyObject* died;       ///< set of worker ids reported dead
   PyObject* ref;        ///< weakref to the iterator, or None
   FetchStream* stream;  ///< single-process: the fetches it does itself (its measured ones)
-  /// Single-process: which hand-outs are measured (a fast loop's are sampled; those of a
-  /// loader with workers never are, the hang doctor needs each one).
+  /// Which hand-outs are measured (a fast loop's are sampled; a loader with workers from a
+  /// lower rate on, kMultiHandoutsSampleAbovePerSecond).
   trace::BatchSampler handouts;
   char measure_next;  ///< the next hand-out is measured (decided at this one)
 };
@@ -774,12 +782,65 @@ PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf,
   return single_handed_out(st, data, pin < 0 ? it : nullptr);
 }
 
+/// The batch an iterator with workers hands out next (its _rcvd_idx); -1 when unknown.
+long long next_due(PyObject* it) {
+  PyObject* r = PyObject_GetAttr(it, g_str_rcvd_idx);
+  if (r == nullptr) {
+    PyErr_Clear();
+    return -1;
+  }
+  const long long due = PyLong_Check(r) ? as_ll(r, -1) : -1;
+  Py_DECREF(r);
+  return due;
+}
+
+/// What follows a hand-out of `data` by an iterator with workers: the next batch due into the
+/// ring's progress table (what a stuck loop waits for, exact whether or not this one was
+/// measured), then the decision on the next one, timed from now on the precise clock if so.
+PyObject* multi_handed_out(IterState* st, PyObject* data, long long due) {
+  ++st->batches;
+  writer_progress(st->loader_id, st->epoch, due);
+  const int64_t coarse = coarse_now_ns();
+  st->measure_next = st->handouts.decide(coarse);
+  st->last_handout = st->measure_next ? now_ns() : coarse;
+  return handed_out(st, data, coarse);
+}
+
+/// Most hand-outs of a fast loader with workers: nothing but the original runs (_get_data,
+/// not told of it, records nothing); the sample counts the hand-out.
+PyObject* multi_unmeasured(HotMethod* m, IterState* st, PyObject* const* args, size_t nargsf,
+                           PyObject* kw) {
+  PyObject* it = args[0];
+  Py_INCREF(st);  // the iterator may drop its state while the call runs
+  const char prev_in_next = st->in_next;
+  st->in_next = 1;
+  PyObject* data = call_orig(m, args, nargsf, kw);
+  st->in_next = prev_in_next;
+  if (data == nullptr) {
+    next_failed(it, st);
+    Py_DECREF(st);
+    return nullptr;
+  }
+  pop_pin_ns(data);
+  st->handouts.record(false, false, st->last_handout);
+  return multi_handed_out(st, data, next_due(it));
+}
+
+/// A hand-out by an iterator with workers: the batch comes from a worker's queue (or was
+/// already waiting), so its event is the consumer's side alone: how long it waited
+/// (_get_data's time), since the previous hand-out, and which batch of which worker. A fast
+/// loader's are a sample (kMultiHandoutsSampleAbovePerSecond); an epoch's first is always
+/// measured (its wait is the workers' start-up).
 PyObject* multi_next_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
   auto* m = reinterpret_cast<HotMethod*>(self);
   IterState* st = next_state(args, nargsf, kw);
   if (st == nullptr) return call_orig(m, args, nargsf, kw);
+  const bool first = st->batches == 0;
+  if (!first && !st->measure_next) return multi_unmeasured(m, st, args, nargsf, kw);
   PyObject* it = args[0];
   BatchContext& c = *g;
+  // The batch stands for itself and the unmeasured hand-outs before it.
+  const uint32_t weight = first ? 1 : st->handouts.unmeasured() + 1;
   const int64_t t0 = now_ns();
   // The batch due next, and whether it arrived early and already waits (stashed in
   // _task_info with its data): then its worker is known before the call.
@@ -818,26 +879,20 @@ PyObject* multi_next_call(PyObject* self, PyObject* const* args, size_t nargsf, 
     Py_DECREF(st);
     return nullptr;
   }
-  const int64_t t1 = now_ns();
   long long idx = st->got_idx, worker = st->got_worker;
-  if (rcvd_known) {
-    PyObject* r = PyObject_GetAttr(it, g_str_rcvd_idx);
-    if (r == nullptr) PyErr_Clear();
-    const bool advanced = r != nullptr && PyLong_Check(r) && as_ll(r, -1) != rcvd;
-    if (advanced) {
-      // In order: the batch handed out is the one just before the new receive index,
-      // either just received or already waiting (stashed) when we were called.
-      idx = as_ll(r, 0) - 1;
-      worker = st->got_idx == idx ? st->got_worker : (idx == rcvd ? stashed : -1);
-    }
-    Py_XDECREF(r);
+  const long long due = rcvd_known ? next_due(it) : -1;
+  if (due >= 0 && due != rcvd) {
+    // In order: the batch handed out is the one just before the new receive index,
+    // either just received or already waiting (stashed) when we were called.
+    idx = due - 1;
+    worker = st->got_idx == idx ? st->got_worker : (idx == rcvd ? stashed : -1);
   }
+  if (!first) st->handouts.record(true, false, st->last_handout);
   const long long last = st->last_handout;
   writer_emit(int64_t(EventKind::kMainBatch), st->loader_id, worker, idx, 0, t0,
-              c.wait_hooked ? st->wait_ns : -1, last ? t0 - last : -1, pop_pin_ns(data));
-  ++st->batches;
-  st->last_handout = t1;
-  return handed_out(st, data, t1);
+              c.wait_hooked ? st->wait_ns : -1, last ? t0 - last : -1, pop_pin_ns(data), 0, 0,
+              weight);
+  return multi_handed_out(st, data, due);
 }
 
 PyObject* get_data_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
@@ -996,7 +1051,9 @@ PyObject* iter_new(PyTypeObject* tp, PyObject* args, PyObject* kwds) {
   if (st == nullptr) return nullptr;
   st->stream = new (std::nothrow) FetchStream();
   // trivially destructible: no delete
-  new (&st->handouts) trace::BatchSampler(0, kHandoutsMeasuredPerSecond);
+  new (&st->handouts) trace::BatchSampler(
+      0, kHandoutsMeasuredPerSecond,
+      multiprocess ? kMultiHandoutsSampleAbovePerSecond : trace::kSampleAbovePerSecond);
   st->died = PySet_New(nullptr);
   if (st->stream == nullptr || st->died == nullptr) {
     Py_DECREF(st);
@@ -1004,7 +1061,8 @@ PyObject* iter_new(PyTypeObject* tp, PyObject* args, PyObject* kwds) {
   }
   st->loader_id = loader_id;
   st->multiprocess = char(multiprocess);
-  if (auto it = g_loader_samplers->find(loader_id); it != g_loader_samplers->end())
+  if (auto it = g_loader_samplers->find(loader_id);
+      !multiprocess && it != g_loader_samplers->end())
     st->handouts = it->second;  // its tail was taken when that epoch ended
   st->pid = int(::getpid());
   st->got_idx = -1;
@@ -1024,9 +1082,10 @@ void iter_release(IterState* st) {
 PyObject* iter_take_unmeasured(PyObject* self, PyObject*) {
   auto* st = reinterpret_cast<IterState*>(self);
   lane_fold_for(st);
-  // A single-process fetch follows its hand-out's sample: the same tail for both.
+  // A single-process fetch follows its hand-out's sample: the same tail for both. The
+  // fetches of a loader with workers are theirs to count (kWorkerExit).
   const unsigned long tail = st->handouts.take_unmeasured();
-  PyObject* tails = Py_BuildValue("(kk)", tail, tail);
+  PyObject* tails = Py_BuildValue("(kk)", st->multiprocess ? 0ul : tail, tail);
   if (!st->multiprocess && st->batches > 0) {  // the epoch ends: its next one goes on from here
     if (g_loader_samplers->size() >= kMaxRememberedLoaders) g_loader_samplers->clear();
     (*g_loader_samplers)[st->loader_id] = st->handouts;

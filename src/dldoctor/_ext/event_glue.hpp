@@ -26,6 +26,10 @@ bool writer_emit(int64_t kind, int64_t loader, int64_t worker, int64_t index, in
                  int64_t t_ns, int64_t v0 = 0, int64_t v1 = 0, int64_t v2 = 0, int64_t v3 = 0,
                  int64_t flags = 0, int64_t weight = 0) noexcept;
 
+/// Notes through this process's ring that `loader`, in `epoch`, next hands out batch
+/// `next_index` (EventRing::note_progress); nothing when no ring is open. Needs the GIL.
+void writer_progress(int loader, long long epoch, long long next_index) noexcept;
+
 /// The names of an event tuple's fields, in order (the vocabulary's "event_fields").
 inline constexpr const char* kEventFields[] = {"kind",   "pid",   "t_ns",  "flags", "loader",
                                                "worker", "index", "count", "v0",    "v1",

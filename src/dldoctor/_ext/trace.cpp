@@ -112,6 +112,11 @@ bool writer_emit(int64_t kind, int64_t loader, int64_t worker, int64_t index, in
                                weight, g_pid.load(std::memory_order_relaxed)));
 }
 
+void writer_progress(int loader, long long epoch, long long next_index) noexcept {
+  if (EventRing* ring = g_writer; ring != nullptr && next_index >= 0)
+    ring->note_progress(static_cast<uint16_t>(loader), epoch, next_index);
+}
+
 void register_trace(nb::module_& m) {
   refresh_pid();
   ::pthread_atfork(nullptr, nullptr, refresh_pid);
@@ -155,6 +160,14 @@ void register_trace(nb::module_& m) {
           "v0"_a = 0, "v1"_a = 0, "v2"_a = 0, "v3"_a = 0, "flags"_a = 0, "weight"_a = 0,
           "Append one event through this mapping (t_ns=0: now). False when full.")
       .def("next_loader_id", [](PyRing& self) { return self.get().next_loader_id(); })
+      .def(
+          "progress",
+          [](PyRing& self, uint16_t loader, int64_t epoch) {
+            return self.get().progress(loader, epoch);
+          },
+          "loader"_a, "epoch"_a,
+          "The next batch loader's main process will hand out in epoch (noted at each "
+          "hand-out, measured or not); -1 when none was noted.")
       .def(
           "set_stall_timeout",
           [](PyRing& self, double seconds) {

@@ -79,7 +79,7 @@ void LoaderTrack::on_worker_batch(const trace::Event& e) noexcept {
   if (e.pid) w.pid = int(e.pid);
   w.batches += n;
   if (e.index >= 0) done_.push(DoneBatch{e.index, t_end, generation_});
-  if (e.worker >= 0) ++done_in_iter_;
+  if (e.worker >= 0) done_in_iter_ += n;
   if (!timed) return;
   WorkerBatchRecord rec{t_end, fetch, collate, e.count, e.index, e.worker, epoch_ordinal_};
   recent_batches_.push(rec);
@@ -150,10 +150,11 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
   }
   // Events reach the ring in the order they were written, so at this hand-out the workers'
   // events of every batch they finished are in: the difference is what waits in the queues.
-  ++handed_in_iter_;
+  handed_in_iter_ += n;
   if (config_.num_workers > 0) {
-    s.ready_sum = std::max<int64_t>(0, done_in_iter_ - handed_in_iter_);
-    s.ready_max = s.ready_sum;
+    const int64_t ready = std::max<int64_t>(0, done_in_iter_ - handed_in_iter_);
+    s.ready_sum = n * ready;  // per hand-out: a sampled one stands for n
+    s.ready_max = ready;
   }
   main_total_ += s;
   if (MainSums* b = main_recent_.at(t_out)) *b += s;

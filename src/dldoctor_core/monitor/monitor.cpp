@@ -156,6 +156,7 @@ void Monitor::track_locked(const trace::Event& e) {
       l.timeout_ms = e.v[0];
       l.main_pid = static_cast<int>(e.v[1]);
       l.start_method = e.v[2];
+      l.epoch = e.v[3];
       l.last_main_index = -1;
       l.returned.clear();
       l.died.clear();
@@ -290,7 +291,8 @@ watchdog::WatchState Monitor::watch_state() {
       c.main_threads_at_fork = l.notes.main_threads;
       c.main_thread_names_at_fork = l.notes.main_thread_names;
     }
-    c.waiting_batch = l.last_main_index + 1;
+    // A fast loader's hand-out events are a sample; the progress table has each one.
+    c.waiting_batch = std::max(l.last_main_index + 1, ring_->progress(id, l.epoch));
     if (l.num_workers > 0) {
       // In-order dispatch hands batch i to worker i mod num_workers while all are active.
       c.waiting_worker = static_cast<int>(*c.waiting_batch % l.num_workers);

@@ -98,7 +98,8 @@ class Monitor {
     int num_workers = 0;
     int64_t start_method = 0;
     int64_t timeout_ms = 0;
-    int64_t last_main_index = -1;
+    int64_t epoch = 0;
+    int64_t last_main_index = -1;  ///< of the measured hand-outs (the ring's progress: all)
     std::map<int, int> worker_pids;      // worker id -> pid (this epoch)
     std::map<int, int64_t> returned;     // worker id -> batches returned (this epoch)
     std::map<int, std::pair<std::optional<int>, std::optional<int>>> died;  // code, signal

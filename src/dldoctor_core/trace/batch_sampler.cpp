@@ -24,7 +24,7 @@ uint64_t BatchSampler::first_random(uint64_t seed, const void* at) noexcept {
 }
 
 void BatchSampler::reset(uint64_t seed) noexcept {
-  *this = BatchSampler(seed, measured_per_second_);
+  *this = BatchSampler(seed, measured_per_second_, sample_above_per_second_);
 }
 
 void BatchSampler::resume(uint32_t period) noexcept { period_ = floor_pow2(int64_t(period)); }
@@ -46,7 +46,7 @@ void BatchSampler::count_next(int64_t now_ns) noexcept {
     // fetches/s over the window, divided by the measured rate wanted: the period.
     per_second_ = window_fetches_ * 1'000'000'000 / dt;
     const uint32_t wanted =
-        per_second_ < kSampleAbovePerSecond ? 1 : floor_pow2(per_second_ / measured_per_second_);
+        per_second_ < sample_above_per_second_ ? 1 : floor_pow2(per_second_ / measured_per_second_);
     // A window that one gap fills more than half of may be a pause, not a slower stream (a
     // full garbage collection, the process preempted): the period falls by half at most, so
     // the next window is not measured in full. A stream that slowed to such gaps reaches its

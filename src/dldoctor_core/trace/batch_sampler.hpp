@@ -38,9 +38,12 @@ class BatchSampler {
  public:
   /// `measured_per_second`: what a fast stream keeps (kMeasuredPerSecond unless its measured
   /// fetches cost more where they run).
-  explicit BatchSampler(uint64_t seed = 0,
-                        int64_t measured_per_second = kMeasuredPerSecond) noexcept
+  /// `sample_above_per_second`: the rate below which every fetch is measured
+  /// (kSampleAbovePerSecond unless the stream's events matter less one by one).
+  explicit BatchSampler(uint64_t seed = 0, int64_t measured_per_second = kMeasuredPerSecond,
+                        int64_t sample_above_per_second = kSampleAbovePerSecond) noexcept
       : measured_per_second_(measured_per_second > 0 ? measured_per_second : 1),
+        sample_above_per_second_(sample_above_per_second),
         rng_(first_random(seed, this)) {}
 
   /// A fetch of this stream starts at `now_ns`. True: measure it (its event stands for
@@ -94,6 +97,7 @@ class BatchSampler {
   void count_next(int64_t now_ns) noexcept;
 
   int64_t measured_per_second_;
+  int64_t sample_above_per_second_;
   uint64_t rng_ = 1;
   uint32_t period_ = 1;
   uint32_t weight_ = 1;

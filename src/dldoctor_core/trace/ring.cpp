@@ -88,6 +88,7 @@ EventRing EventRing::create(const std::string& path, size_t capacity) {
   header->dropped.store(0, std::memory_order_relaxed);
   header->lost.store(0, std::memory_order_relaxed);
   header->next_loader_id.store(0, std::memory_order_relaxed);
+  for (auto& slot : header->progress) slot.store(0, std::memory_order_relaxed);
   // The magic last: a process that opens a half-initialised file refuses it.
   std::atomic_thread_fence(std::memory_order_release);
   header->magic = kRingMagic;
@@ -248,6 +249,13 @@ uint64_t EventRing::lost() const noexcept { return header_->lost.load(std::memor
 uint64_t EventRing::pending() const noexcept {
   return header_->head.load(std::memory_order_relaxed) -
          header_->tail.load(std::memory_order_relaxed);
+}
+
+int64_t EventRing::progress(uint16_t loader, int64_t epoch) const noexcept {
+  const uint64_t key = header_->progress[loader % kProgressSlots].load(std::memory_order_relaxed);
+  const uint64_t index_mask = (uint64_t{1} << 40) - 1;
+  if (key == 0 || (key & ~index_mask) != (progress_key(loader, epoch, 0))) return -1;
+  return int64_t(key & index_mask);
 }
 
 uint16_t EventRing::next_loader_id() noexcept {

@@ -18,10 +18,13 @@ namespace dldoctor::trace {
 /// "DLDRING1" read as a little-endian integer: marks a file as an event ring.
 inline constexpr uint64_t kRingMagic = 0x31474e4952444c44ull;
 /// Bumped whenever the header or the slot protocol changes.
-inline constexpr uint32_t kRingVersion = 1;
+inline constexpr uint32_t kRingVersion = 2;
 /// Default slot count: 64 Ki events = 4 MiB, about a minute of a busy 8-worker job between
 /// two drains at 100 ms.
 inline constexpr size_t kDefaultRingCapacity = size_t{1} << 16;
+
+/// Slots of the hand-out progress table (RingHeader::progress); a loader's is loader % this.
+inline constexpr size_t kProgressSlots = 64;
 
 /// The first page of the ring file. Counters written by different sides live on their own
 /// cache lines so writers do not slow the reader down and vice versa.
@@ -38,9 +41,20 @@ struct RingHeader {
   alignas(64) std::atomic<uint64_t> dropped;  ///< events refused because the ring was full
   std::atomic<uint64_t> lost;  ///< slots reserved but never published (writer died mid-write)
   std::atomic<uint32_t> next_loader_id;  ///< hands out loader ids unique across processes
+  /// Each loader's next batch due, written by its main process at every hand-out, measured
+  /// or not (a fast loop's events are a sample): what a stuck loop waits for, exactly.
+  /// One word a slot, so a read never mixes two loaders: see progress_key().
+  alignas(64) std::atomic<uint64_t> progress[kProgressSlots];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "ring counters cross processes");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "ring counters cross processes");
+
+/// A loader's progress as one word: loader id (16 bits), epoch (low 8 bits), next batch due
+/// (40 bits). 0: none written.
+constexpr uint64_t progress_key(uint16_t loader, int64_t epoch, int64_t next_index) noexcept {
+  return uint64_t(loader) << 48 | (uint64_t(epoch) & 0xff) << 40 |
+         (uint64_t(next_index) & ((uint64_t{1} << 40) - 1));
+}
 
 /// A mapped event ring; many writers (any thread of any process), one reader. Move-only;
 /// unmaps on destruction (the file stays: the watcher removes its run directory).
@@ -73,6 +87,15 @@ class EventRing {
   uint64_t lost() const noexcept;
   /// Events reserved and not yet drained (committed or not).
   uint64_t pending() const noexcept;
+  /// Loader `loader`, in its epoch `epoch`, next hands out batch `next_index` (>= 0). A
+  /// relaxed store of one word: cheap enough for every hand-out.
+  void note_progress(uint16_t loader, int64_t epoch, int64_t next_index) noexcept {
+    header_->progress[loader % kProgressSlots].store(progress_key(loader, epoch, next_index),
+                                                     std::memory_order_relaxed);
+  }
+  /// The next batch due that `loader` last noted in `epoch`; -1 when it noted none there (or
+  /// a loader sharing its slot wrote since).
+  int64_t progress(uint16_t loader, int64_t epoch) const noexcept;
   /// A loader id unique among all processes writing this ring; starts at 1 (0 = unknown).
   uint16_t next_loader_id() noexcept;
 
