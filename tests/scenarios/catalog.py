@@ -1081,8 +1081,14 @@ ALONE = {
 
 
 def runs_alone(entry: dict) -> bool:
-    """Whether the entry's run needs the machine to itself (see ALONE)."""
-    return entry["script"] in ALONE or entry.get("ranks", 0) > 0
+    """Whether the entry's run needs the machine to itself (see ALONE), or its verdict must be
+    "healthy": that needs the loop to keep up, and beside three other tests' load (a tune
+    trial's workers, say) even a loader 16 batches ahead waits 15% of its loop for them."""
+    return (
+        entry["script"] in ALONE
+        or entry.get("ranks", 0) > 0
+        or entry.get("checks", {}).get("verdict") == "healthy"
+    )
 
 
 def is_twin(entry: dict) -> bool:
