@@ -1359,6 +1359,7 @@ void register_batch_hooks(nb::module_& m) {
         d["measured_per_second"] = trace::kMeasuredPerSecond;
         d["handouts_measured_per_second"] = kHandoutsMeasuredPerSecond;
         d["sample_above_per_second"] = trace::kSampleAbovePerSecond;
+        d["multi_handouts_sample_above_per_second"] = kMultiHandoutsSampleAbovePerSecond;
         d["max_unmeasured_ns"] = trace::kMaxUnmeasuredNs;
         d["slow_fetch_factor"] = trace::kSlowFetchFactor;
         d["slow_fetch_min_ns"] = trace::kSlowFetchMinNs;

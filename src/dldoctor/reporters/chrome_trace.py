@@ -34,8 +34,11 @@ from ..job.events import (
 )
 from ..report import loader_labels
 
-# A stream of batches faster than this is measured as a sample (trace::kSampleAbovePerSecond).
-SAMPLE_ABOVE_PER_S = _ext.batch_hook_constants()["sample_above_per_second"]
+# A stream of batches faster than this is measured as a sample (trace::kSampleAbovePerSecond),
+# and so are the hand-outs of a loader with workers faster than the second.
+_HOOKS = _ext.batch_hook_constants()
+SAMPLE_ABOVE_PER_S = _HOOKS["sample_above_per_second"]
+HANDOUTS_SAMPLE_ABOVE_PER_S = _HOOKS["multi_handouts_sample_above_per_second"]
 SAMPLED_NOTE = " (a sample: see stands_for)"
 
 # Synthetic ids: above any Linux pid (pid_max <= 2**22), so they never meet a real one.
@@ -150,6 +153,7 @@ def _stream(trace: dict, report=None, on_records=None):
         # tracks say so, and each span's args say how many batches it stands for.
         "sampled": bool(sampled),
         "sample_above_batches_per_s": SAMPLE_ABOVE_PER_S,
+        "sample_handouts_with_workers_above_per_s": HANDOUTS_SAMPLE_ABOVE_PER_S,
     }
     if report is not None:
         other.update(

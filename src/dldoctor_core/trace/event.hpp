@@ -32,7 +32,8 @@ enum class EventKind : uint8_t {
   /// worker = the worker that produced it (-1: main process or unknown), count = samples
   /// when the main process fetched it itself (num_workers=0), else 0. weight = the hand-outs
   /// it stands for: a single-process loop faster than BatchSampler's threshold is measured
-  /// as a sample (with workers every hand-out is, the hang doctor needs each).
+  /// as a sample, a loader with workers from 500 hand-outs a second on (the hang doctor
+  /// reads each one's next batch due from the ring's progress table instead).
   kMainBatch = 3,
   /// A worker process started (worker = id, v[0] = its pid's parent, v[1] = when the process
   /// itself started, CLOCK_MONOTONIC ns at 10 ms resolution, -1 unknown: a spawned worker's
