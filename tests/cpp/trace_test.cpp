@@ -345,8 +345,9 @@ TEST_F(TraceRing, ProgressIsEachLoadersOwnAndOfItsEpoch) {
   EXPECT_EQ(ring.progress(3, 1), 41);
   EXPECT_EQ(ring.progress(3, 2), -1);  // the next epoch noted nothing yet
   EXPECT_EQ(ring.progress(4, 1), -1);
-  writer.note_progress(3, 2, (int64_t{1} << 40) - 1);  // the largest index a key holds
-  EXPECT_EQ(ring.progress(3, 2), (int64_t{1} << 40) - 1);
+  const auto largest = int64_t(dldoctor::trace::kProgressIndexMask);  // a key holds 40 bits
+  writer.note_progress(3, 2, largest);
+  EXPECT_EQ(ring.progress(3, 2), largest);
   // A loader sharing the slot overwrites it: the other reads "unknown", never its index.
   const uint16_t other = 3 + dldoctor::trace::kProgressSlots;
   writer.note_progress(other, 2, 7);

@@ -6,8 +6,9 @@ pipe whose writer stays open and never writes (a reader with no data). `--on nat
 that blocks on a pthread mutex the main process held when it forked the worker (a native
 library's lock inherited locked through fork): the worker's main thread never comes back to
 Python, so its stack comes from the native stack dump, not the safe-point one.
-`--after N`: the first N batches come at once, to a loop with no model step (a fast loader, whose hand-outs dldoctor measures
-as a sample) and batch N waits: the report names batch N as the one the loop waits for.
+`--after N`: the first N batches come at once, to a loop with no model step (a fast loader,
+whose hand-outs dldoctor measures as a sample), and batch N waits: the report names batch N
+as the one the loop waits for.
 Healthy twin (`--healthy`): the event is set / the pipe is filled / the mutex is free before
 the loader starts.
 

@@ -613,6 +613,14 @@ PyObject* handed_out(IterState* st, PyObject* data, int64_t now_ns) {
   return data;
 }
 
+/// After a hand-out at `coarse`: whether the next one is measured, and this one's time, on the
+/// precise clock when it is (the next event's step is timed from it). Lets go of `st`.
+PyObject* decide_next(IterState* st, PyObject* data, int64_t coarse) {
+  st->measure_next = st->handouts.decide(coarse);
+  st->last_handout = st->measure_next ? now_ns() : coarse;
+  return handed_out(st, data, coarse);
+}
+
 /// What follows a hand-out of `data` by a single-process iterator: the decision on the next
 /// one, which is then timed from now on the precise clock.
 /// `it`: the hand-out was measured and its batch not pinned, so the next ones may go through
@@ -631,9 +639,7 @@ PyObject* single_handed_out(IterState* st, PyObject* data, PyObject* it = nullpt
     st->last_handout = now;
     return handed_out(st, data, coarse);
   }
-  st->measure_next = st->handouts.decide(coarse);
-  st->last_handout = st->measure_next ? now_ns() : coarse;
-  return handed_out(st, data, coarse);
+  return decide_next(st, data, coarse);
 }
 
 /// A single-process `_next_data` raised (the exception is pending): a fetch's exception is
@@ -800,10 +806,7 @@ long long next_due(PyObject* it) {
 PyObject* multi_handed_out(IterState* st, PyObject* data, long long due) {
   ++st->batches;
   writer_progress(st->loader_id, st->epoch, due);
-  const int64_t coarse = coarse_now_ns();
-  st->measure_next = st->handouts.decide(coarse);
-  st->last_handout = st->measure_next ? now_ns() : coarse;
-  return handed_out(st, data, coarse);
+  return decide_next(st, data, coarse_now_ns());
 }
 
 /// Most hand-outs of a fast loader with workers: nothing but the original runs (_get_data,

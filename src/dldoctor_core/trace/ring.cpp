@@ -253,9 +253,8 @@ uint64_t EventRing::pending() const noexcept {
 
 int64_t EventRing::progress(uint16_t loader, int64_t epoch) const noexcept {
   const uint64_t key = header_->progress[loader % kProgressSlots].load(std::memory_order_relaxed);
-  const uint64_t index_mask = (uint64_t{1} << 40) - 1;
-  if (key == 0 || (key & ~index_mask) != (progress_key(loader, epoch, 0))) return -1;
-  return int64_t(key & index_mask);
+  if (key == 0 || (key & ~kProgressIndexMask) != progress_key(loader, epoch, 0)) return -1;
+  return int64_t(key & kProgressIndexMask);
 }
 
 uint16_t EventRing::next_loader_id() noexcept {

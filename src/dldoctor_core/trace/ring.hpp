@@ -49,11 +49,14 @@ struct RingHeader {
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "ring counters cross processes");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "ring counters cross processes");
 
+/// The next-batch-due bits of a progress key (the rest: loader and epoch).
+inline constexpr uint64_t kProgressIndexMask = (uint64_t{1} << 40) - 1;
+
 /// A loader's progress as one word: loader id (16 bits), epoch (low 8 bits), next batch due
 /// (40 bits). 0: none written.
 constexpr uint64_t progress_key(uint16_t loader, int64_t epoch, int64_t next_index) noexcept {
   return uint64_t(loader) << 48 | (uint64_t(epoch) & 0xff) << 40 |
-         (uint64_t(next_index) & ((uint64_t{1} << 40) - 1));
+         (uint64_t(next_index) & kProgressIndexMask);
 }
 
 /// A mapped event ring; many writers (any thread of any process), one reader. Move-only;
