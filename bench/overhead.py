@@ -41,7 +41,10 @@ unwatched epochs' time over all the watched ones', the budget's figure) with a b
 interval over the rounds, the median of the rounds' paired ratios, the CPU kept (job and
 watcher, every thread, per batch) and the watcher's share of a core. `--parts hooks` or
 `--parts watcher` takes only that part out of an unwatched epoch: what each costs alone
-(`--parts worker-hooks`: only the hooks in the workers, in fork workers).
+(`--parts worker-hooks`: only the hooks in the workers, in fork workers; `--parts none`: an
+A/A run, both sides watched, what the method itself reads). `--one-epoch` forks no workers
+inside the bench: each side keeps one iterator, made under it, for the whole run (a loader's
+steady state, as in one long epoch).
 
     python bench/overhead.py --interleaved [--kinds tiny-0,tiny-2] [--rounds N] [--parts all]
 
@@ -279,9 +282,12 @@ def interleaved_job(
     as installed, the watcher running). Each epoch makes a new iterator (forks its workers
     under its side) and times `block` batches after `settle` of start-up. `pinned`: the main
     process on the first CPU it may use, its workers on the second, in every epoch alike.
-    `one_epoch`: one iterator for the whole bench, whose blocks alternate with the watcher
-    stopped and running (the workers' hooks cannot be taken out mid-epoch): what the watcher
-    costs a loader's steady state, without the start-up of new workers every second."""
+    `one_epoch`: no new workers each side: what a loader's steady state pays, as in one long
+    epoch. With `parts` watcher, one iterator for the whole bench, whose blocks alternate with
+    the watcher stopped and running. Else each side has its own loader and iterator, made
+    once under that side (the workers' hooks cannot be taken out mid-epoch: the unwatched
+    side's workers fork with every patch put back and stay so), and the blocks alternate
+    between the two, the main process's patches and the watcher switched with each."""
     import signal
     import time
 
@@ -291,9 +297,12 @@ def interleaved_job(
     if not patches:
         raise SystemExit("overhead: the hooks are not installed (run it under dldoctor run)")
     watcher = os.getppid()
-    if one_epoch and parts != "watcher":
-        raise SystemExit("overhead: --one-epoch takes the watcher alone out (--parts watcher)")
-    loader = make_loader(kind, settle + block * (2 * rounds + 2 if one_epoch else 1))
+    # --one-epoch with the hooks out of one side: two loaders side by side, each made and
+    # started under its own side.
+    two = one_epoch and parts != "watcher"
+    loader = (
+        None if two else make_loader(kind, settle + block * (2 * rounds + 2 if one_epoch else 1))
+    )
     cpus = sorted(os.sched_getaffinity(0))
     if pinned and len(cpus) < 2:
         raise SystemExit("overhead: --pin needs 2 CPUs")
@@ -312,6 +321,8 @@ def interleaved_job(
             job_worker.begin = real_begin
             os.kill(watcher, signal.SIGCONT)
             return
+        if parts == "none":  # an A/A run: both sides watched, what the method itself reads
+            return
         if parts == "worker-hooks":
             for owner, name, orig, _wrapper in patches:
                 if name == "_worker_loop":
@@ -325,25 +336,34 @@ def interleaved_job(
             for owner, name, orig, _wrapper in patches:
                 setattr(owner, name, orig)
 
-    def start():  # a new iterator (its workers forked now), settled
+    def start(of=None):  # a new iterator (its workers forked now), settled
         if pinned:
             os.sched_setaffinity(0, cpus)  # the workers fork with both, then move
-        it = iter(loader)
+        it = iter(of or loader)
         if pinned:
             pin(it, cpus)
         for _ in range(settle):
             next(it)
         return it, [os.getpid(), watcher, *(w.pid for w in getattr(it, "_workers", ()))]
 
+    def side_start(watched: bool):  # --one-epoch with two loaders: this side's, made under it
+        use(watched)
+        return start(make_loader(kind, settle + block * (rounds + 1)))
+
     rows = []
     clock = time.perf_counter_ns
-    if one_epoch:
+    sides = {}
+    if two:
+        sides = {"unwatched": side_start(False), "watched": side_start(True)}
+    elif one_epoch:
         it, pids = start()
     try:
         for r in range(rounds + 1):
             for side in ("unwatched", "watched") if r % 2 == 0 else ("watched", "unwatched"):
                 use(side == "watched")
-                if not one_epoch:
+                if two:
+                    it, pids = sides[side]
+                elif not one_epoch:
                     it, pids = start()
                 c, cw, cm, t = sum(map(cpu_ns, pids)), cpu_ns(watcher), cpu_ns(pids[0]), clock()
                 for _ in range(block):
@@ -367,6 +387,7 @@ def interleaved_job(
                     )
     finally:
         use(True)
+        sides.clear()
     with open(out, "w") as f:
         json.dump({"block": block, "rows": rows}, f)
 
@@ -513,9 +534,9 @@ def main(argv=None) -> int:
     ap.add_argument("--settle", type=int, help=argparse.SUPPRESS)
     ap.add_argument(
         "--parts",
-        choices=("all", "hooks", "watcher", "worker-hooks"),
+        choices=("all", "hooks", "watcher", "worker-hooks", "none"),
         default="all",
-        help="--interleaved: what an unwatched epoch takes out (default: all)",
+        help="--interleaved: what an unwatched epoch takes out (default: all; none: an A/A run)",
     )
     ap.add_argument(
         "--pin",
@@ -526,8 +547,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--one-epoch",
         action="store_true",
-        help="--interleaved --parts watcher: one iterator whose blocks alternate with the "
-        "watcher stopped and running (a loader's steady state, no new workers each side)",
+        help="--interleaved: no new workers each side, a loader's steady state (--parts "
+        "watcher: one iterator, the watcher stopped and running; else one iterator a side, "
+        "each made under its side, blocks alternating between them)",
     )
     ap.add_argument("--interleaved-job", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
