@@ -139,3 +139,27 @@ def test_reader_skips_a_slot_whose_writer_never_published(tmp_path):
     assert [e[6] for e in ring.drain()] == [1]
     assert ring.lost == 1
     ring.close()
+
+
+def test_the_watchers_ring_is_in_memory_and_another_process_writes_by_its_path():
+    """Not a file on the run directory's disk (its writeback would fault the job's event
+    writes): a memfd, which the job's processes open through /proc/<watcher>/fd/<n>."""
+    import subprocess
+    import sys
+
+    from dldoctor.watcher.watcher import Watcher
+
+    with Watcher() as w:
+        assert w.ring_path.startswith(f"/proc/{os.getpid()}/fd/"), w.ring_path
+        assert not os.path.exists(os.path.join(w.run_dir, "events.ring"))
+        code = (
+            "import sys; from dldoctor import _ext; _ext.trace_open(sys.argv[1]); "
+            f"assert _ext.trace_emit({K_WORKER_BATCH}, 2, 0, 5, 8, 0)"
+        )
+        subprocess.run([sys.executable, "-c", code, w.child_env()["DLDOCTOR_RING"]], check=True)
+        reader = _ext.EventRing.open(w.ring_path)
+        try:
+            (event,) = reader.drain()
+        finally:
+            reader.close()
+        assert event[0] == K_WORKER_BATCH and event[4:7] == (2, 0, 5)

@@ -417,6 +417,12 @@ class Watchdog:
 class Monitor:
     def __init__(self, ring_path: str, capacity: int = 65536, interval_s: float = 0.1, run_dir: str = '', hang_timeout_s: float | None = None, trace_max_events: int = 0) -> None: ...
 
+    @property
+    def ring_path(self) -> str:
+        """
+        The path the job's processes open the ring by (for a ring in memory, /proc/<pid>/fd/<n>).
+        """
+
     def start(self, root_pid: int) -> None: ...
 
     def stop(self) -> None: ...

@@ -279,6 +279,41 @@ TEST_F(TraceRing, ForkedAndSpawnedLikeChildrenWrite) {
   }
 }
 
+// The watcher's ring lives in memory: another process maps it by its /proc path (as the job
+// and its spawned workers do), and the path goes with the ring.
+TEST(TraceRingInMemory, OpenedByItsProcPathWhileItLives) {
+  std::string where;
+  {
+    auto made = EventRing::create_in_memory(64);
+    EventRing ring = std::move(made);  // the descriptor moves with it
+    where = ring.path();
+    const std::string prefix = "/proc/" + std::to_string(::getpid()) + "/fd/";
+    ASSERT_EQ(where.rfind(prefix, 0), 0u) << where;
+    EXPECT_EQ(ring.capacity(), 64u);
+    pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      try {
+        auto mine = EventRing::open(where);
+        for (int i = 0; i < 50; ++i)
+          if (!mine.emit(make_event(4, i))) ::_exit(2);
+      } catch (...) {
+        ::_exit(3);
+      }
+      ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+    std::vector<Event> out;
+    ASSERT_EQ(ring.drain(out), 50u);
+    EXPECT_EQ(out.back().index, 49);
+    EXPECT_EQ(ring.next_loader_id(), 1);
+  }
+  EXPECT_THROW(EventRing::open(where), dldoctor::Error);  // closed with the ring
+}
+
 // A writer that reserved a slot and was killed before publishing it: the reader waits for
 // it a bounded time, then skips it (counted as lost) and delivers everything after it.
 TEST_F(TraceRing, WriterKilledMidWriteDoesNotStallTheReader) {

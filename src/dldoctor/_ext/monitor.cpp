@@ -37,6 +37,10 @@ void register_monitor(nb::module_& m) {
           nb::arg("ring_path"), nb::arg("capacity") = 1u << 16, nb::arg("interval_s") = 0.1,
           nb::arg("run_dir") = "", nb::arg("hang_timeout_s") = nb::none(),
           nb::arg("trace_max_events") = 0)
+      .def_prop_ro(
+          "ring_path", [](Monitor& self) { return self.ring().path(); },
+          "The path the job's processes open the ring by (for a ring in memory, "
+          "/proc/<pid>/fd/<n>).")
       .def("start", &Monitor::start, nb::arg("root_pid"), nb::call_guard<nb::gil_scoped_release>())
       .def("stop", &Monitor::stop, nb::call_guard<nb::gil_scoped_release>())
       .def(

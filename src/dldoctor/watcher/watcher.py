@@ -45,16 +45,26 @@ class Watcher:
                 f"--hang-timeout must be a positive number of seconds, not {hang_timeout_s}"
             )
         self.run_dir = tempfile.mkdtemp(prefix="dldoctor-")
-        self.ring_path = os.path.join(self.run_dir, "events.ring")
         self.keep_run_dir = keep_run_dir or bool(os.environ.get("DLDOCTOR_KEEP_RUN_DIR"))
-        self.monitor = _ext.Monitor(
-            self.ring_path,
-            RING_CAPACITY,
-            SAMPLE_INTERVAL_S,
-            run_dir=self.run_dir,
-            hang_timeout_s=hang_timeout_s,
-            trace_max_events=trace_max_events,
-        )
+
+        def monitor(ring_path: str):
+            return _ext.Monitor(
+                ring_path,
+                RING_CAPACITY,
+                SAMPLE_INTERVAL_S,
+                run_dir=self.run_dir,
+                hang_timeout_s=hang_timeout_s,
+                trace_max_events=trace_max_events,
+            )
+
+        # The ring in memory (""): a file on the run directory's disk would be written back
+        # every few seconds and each page then faults on the job's next event into it
+        # (EventRing::create_in_memory). A file only where the kernel has no memfd.
+        try:
+            self.monitor = monitor("")
+        except _ext.CoreError:
+            self.monitor = monitor(os.path.join(self.run_dir, "events.ring"))
+        self.ring_path = self.monitor.ring_path
         self._hangs_seen = 0
         self._next_named_ns = 0
         self.side = SideLogTail(self.run_dir)

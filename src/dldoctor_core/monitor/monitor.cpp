@@ -26,7 +26,9 @@ constexpr size_t kDrainBatch = 4096;
 
 Monitor::Monitor(const std::string& ring_path, uint32_t capacity, MonitorOptions opts)
     : opts_(opts),
-      ring_(std::make_unique<trace::EventRing>(trace::EventRing::create(ring_path, capacity))) {
+      ring_(std::make_unique<trace::EventRing>(
+          ring_path.empty() ? trace::EventRing::create_in_memory(capacity)
+                            : trace::EventRing::create(ring_path, capacity))) {
   if (opts_.sample_interval_s <= 0) throw Error("sample interval must be positive");
   if (opts_.trace_max_events > 0) trace_ = std::make_unique<TraceStore>(opts_.trace_max_events);
 }

@@ -45,7 +45,8 @@ struct LoaderNotes {
 /// Owns a run's event ring (as its reader), the sampler and the analyzer session.
 class Monitor {
  public:
-  /// Creates the ring file at `ring_path` with room for `capacity` events.
+  /// Creates the ring file at `ring_path` with room for `capacity` events; an empty
+  /// `ring_path`: the ring in memory (EventRing::create_in_memory), its path ring().path().
   Monitor(const std::string& ring_path, uint32_t capacity, MonitorOptions opts);
   ~Monitor();
   Monitor(const Monitor&) = delete;

@@ -43,8 +43,9 @@ size_t round_up_pow2(size_t n) {
 
 }  // namespace
 
-EventRing::EventRing(std::string path, void* base, size_t bytes) noexcept
+EventRing::EventRing(std::string path, void* base, size_t bytes, int fd) noexcept
     : path_(std::move(path)),
+      fd_(fd),
       base_(base),
       bytes_(bytes),
       header_(static_cast<RingHeader*>(base)),
@@ -52,30 +53,33 @@ EventRing::EventRing(std::string path, void* base, size_t bytes) noexcept
       capacity_(header_->capacity),
       mask_(header_->capacity - 1) {}
 
-EventRing EventRing::create(const std::string& path, size_t capacity) {
+namespace {
+
+/// `capacity` checked and rounded (up to a power of two); throws on a bad request.
+size_t ring_capacity(size_t capacity) {
   if (capacity == 0 || capacity > kMaxCapacity) {
     throw Error("event ring capacity must be between 1 and " + std::to_string(kMaxCapacity) +
                 ", got " + std::to_string(capacity));
   }
-  capacity = round_up_pow2(capacity < 2 ? 2 : capacity);
-  const size_t bytes = kHeaderBytes + capacity * sizeof(Event);
+  return round_up_pow2(capacity < 2 ? 2 : capacity);
+}
 
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) throw Error("cannot create event ring " + path + ": " + errno_text());
-  // Allocate every block now: a sparse file on a full disk would hand a worker SIGBUS on
-  // its first write to a new page, and dldoctor must never break the loader.
+/// Sizes `fd` to `bytes` with every block allocated, maps it and writes a fresh header of
+/// `capacity` slots; nullptr with `*problem` set on failure (the caller closes `fd`).
+void* map_fresh(int fd, size_t bytes, size_t capacity, const std::string& what,
+                std::string* problem) {
+  // Allocate every block now: a sparse file on a full disk (or a memfd past its memory
+  // limit) would hand a worker SIGBUS on its first write to a new page, and dldoctor must
+  // never break the loader.
   if (int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); rc != 0) {
-    ::close(fd);
-    ::unlink(path.c_str());
-    throw Error("cannot size event ring " + path + " to " + std::to_string(bytes) +
-                " bytes: " + std::strerror(rc));
+    *problem = "cannot size event ring " + what + " to " + std::to_string(bytes) +
+               " bytes: " + std::strerror(rc);
+    return nullptr;
   }
   void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int map_errno = errno;
-  ::close(fd);
   if (base == MAP_FAILED) {
-    ::unlink(path.c_str());
-    throw Error("cannot map event ring " + path + ": " + std::strerror(map_errno));
+    *problem = "cannot map event ring " + what + ": " + errno_text();
+    return nullptr;
   }
   auto* header = new (base) RingHeader{};
   header->version = kRingVersion;
@@ -92,7 +96,39 @@ EventRing EventRing::create(const std::string& path, size_t capacity) {
   // The magic last: a process that opens a half-initialised file refuses it.
   std::atomic_thread_fence(std::memory_order_release);
   header->magic = kRingMagic;
+  return base;
+}
+
+}  // namespace
+
+EventRing EventRing::create(const std::string& path, size_t capacity) {
+  capacity = ring_capacity(capacity);
+  const size_t bytes = kHeaderBytes + capacity * sizeof(Event);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw Error("cannot create event ring " + path + ": " + errno_text());
+  std::string problem;
+  void* base = map_fresh(fd, bytes, capacity, path, &problem);
+  ::close(fd);
+  if (base == nullptr) {
+    ::unlink(path.c_str());
+    throw Error(problem);
+  }
   return EventRing(path, base, bytes);
+}
+
+EventRing EventRing::create_in_memory(size_t capacity) {
+  capacity = ring_capacity(capacity);
+  const size_t bytes = kHeaderBytes + capacity * sizeof(Event);
+  int fd = ::memfd_create("dldoctor-events", MFD_CLOEXEC);
+  if (fd < 0) throw Error("cannot create an event ring in memory: " + errno_text());
+  std::string path = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fd);
+  std::string problem;
+  void* base = map_fresh(fd, bytes, capacity, "in memory", &problem);
+  if (base == nullptr) {
+    ::close(fd);
+    throw Error(problem);
+  }
+  return EventRing(std::move(path), base, bytes, fd);
 }
 
 EventRing EventRing::open(const std::string& path) {
@@ -141,6 +177,7 @@ EventRing& EventRing::operator=(EventRing&& other) noexcept {
   if (this != &other) {
     unmap();
     path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
     base_ = std::exchange(other.base_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     header_ = std::exchange(other.header_, nullptr);
@@ -158,6 +195,8 @@ EventRing::~EventRing() { unmap(); }
 
 void EventRing::unmap() noexcept {
   if (base_ != nullptr) ::munmap(base_, bytes_);
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
   base_ = nullptr;
   header_ = nullptr;
   slots_ = nullptr;

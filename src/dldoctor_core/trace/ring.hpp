@@ -1,7 +1,10 @@
 // The shared-memory event ring: every worker and the main process of a job append 64-byte
-// Events; the watching process drains them. A plain file mapped MAP_SHARED (never on
-// /dev/shm: dldoctor diagnoses a too-small /dev/shm and must not eat it), so any process can
-// open it by path (spawned workers) or inherit the mapping (forked ones).
+// Events; the watching process drains them. A file mapped MAP_SHARED, so any process can open
+// it by path (spawned workers) or inherit the mapping (forked ones). The watcher's is a memfd
+// (create_in_memory), opened by others through /proc/<watcher>/fd/<n>: never on /dev/shm
+// (dldoctor diagnoses a too-small /dev/shm and must not eat it), and never on a disk's file
+// system, whose writeback write-protects every page it cleans, so that the job's next event
+// on it takes a fault into the file system (see create_in_memory).
 #pragma once
 
 #include <atomic>
@@ -60,12 +63,21 @@ constexpr uint64_t progress_key(uint16_t loader, int64_t epoch, int64_t next_ind
 }
 
 /// A mapped event ring; many writers (any thread of any process), one reader. Move-only;
-/// unmaps on destruction (the file stays: the watcher removes its run directory).
+/// unmaps on destruction (a file stays: the watcher removes its run directory; a ring in
+/// memory goes with its last mapping).
 class EventRing {
  public:
   /// Creates (exclusively) the file at `path` with `capacity` slots (rounded up to a power
   /// of two) and maps it. Throws dldoctor::Error with one line on failure.
   static EventRing create(const std::string& path, size_t capacity = kDefaultRingCapacity);
+  /// Creates a ring in memory (a memfd, every page allocated now) and maps it; its path() is
+  /// /proc/<this pid>/fd/<fd>, which open() maps in another process while this ring lives
+  /// (it keeps the descriptor). A ring file on a disk's file system is written back every
+  /// few seconds, and each page written back is write-protected: the job's next event on it
+  /// faults into the file system (a tiny-batch loader with 2 workers kept ~2 points more of
+  /// its throughput with the ring in memory, bench/overhead.py). Throws dldoctor::Error
+  /// with one line when the kernel has no memfd (then create() a file instead).
+  static EventRing create_in_memory(size_t capacity = kDefaultRingCapacity);
   /// Maps an existing ring file for writing (or reading). Throws dldoctor::Error with one
   /// line when the file is missing, too short or not a ring.
   static EventRing open(const std::string& path);
@@ -104,7 +116,7 @@ class EventRing {
 
   /// Slot count.
   size_t capacity() const noexcept { return capacity_; }
-  /// The ring file.
+  /// The ring file (for a ring in memory, /proc/<pid>/fd/<fd>).
   const std::string& path() const noexcept { return path_; }
   /// Pid of the process that created the ring.
   uint32_t watcher_pid() const noexcept;
@@ -116,10 +128,11 @@ class EventRing {
   bool valid() const noexcept { return header_ != nullptr; }
 
  private:
-  EventRing(std::string path, void* base, size_t bytes) noexcept;
+  EventRing(std::string path, void* base, size_t bytes, int fd = -1) noexcept;
   void unmap() noexcept;
 
   std::string path_;
+  int fd_ = -1;  ///< kept open by a ring in memory (its path names it)
   void* base_ = nullptr;
   size_t bytes_ = 0;
   RingHeader* header_ = nullptr;
