@@ -60,6 +60,33 @@ Event make_event(int16_t worker, int32_t index) {
   return e;
 }
 
+// A child process that maps the ring at `path` itself, as a spawned worker does, and writes
+// `n` events of `worker` (exit 2: the ring was full, 3: it could not be opened).
+pid_t writer_by_path(const std::string& path, int16_t worker, int n) {
+  pid_t child = ::fork();
+  if (child != 0) return child;
+  try {
+    auto mine = EventRing::open(path);
+    for (int i = 0; i < n; ++i) {
+      Event e = make_event(worker, i);
+      e.pid = static_cast<uint32_t>(::getpid());
+      if (!mine.emit(e)) ::_exit(2);
+    }
+  } catch (...) {
+    ::_exit(3);
+  }
+  ::_exit(0);
+}
+
+// Fails the test unless `child` exited with 0.
+void expect_exited_cleanly(pid_t child) {
+  ASSERT_GE(child, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+}
+
 }  // namespace
 
 TEST_F(TraceRing, RoundTripKeepsEveryField) {
@@ -249,27 +276,9 @@ TEST_F(TraceRing, ForkedAndSpawnedLikeChildrenWrite) {
     }
     ::_exit(0);
   }
-  pid_t by_path = ::fork();
-  ASSERT_GE(by_path, 0);
-  if (by_path == 0) {
-    try {
-      auto mine = EventRing::open(path());
-      for (int i = 0; i < 1000; ++i) {
-        Event e = make_event(2, i);
-        e.pid = static_cast<uint32_t>(::getpid());
-        if (!mine.emit(e)) ::_exit(2);
-      }
-    } catch (...) {
-      ::_exit(3);
-    }
-    ::_exit(0);
-  }
-  for (pid_t child : {inherit, by_path}) {
-    int status = 0;
-    ASSERT_EQ(::waitpid(child, &status, 0), child);
-    ASSERT_TRUE(WIFEXITED(status));
-    ASSERT_EQ(WEXITSTATUS(status), 0);
-  }
+  pid_t by_path = writer_by_path(path(), 2, 1000);
+  for (pid_t child : {inherit, by_path}) expect_exited_cleanly(child);
+  if (HasFatalFailure()) return;
   std::vector<Event> out;
   ASSERT_EQ(ring.drain(out), 2000u);
   std::map<int, int> per_worker;
@@ -290,22 +299,8 @@ TEST(TraceRingInMemory, OpenedByItsProcPathWhileItLives) {
     const std::string prefix = "/proc/" + std::to_string(::getpid()) + "/fd/";
     ASSERT_EQ(where.rfind(prefix, 0), 0u) << where;
     EXPECT_EQ(ring.capacity(), 64u);
-    pid_t child = ::fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-      try {
-        auto mine = EventRing::open(where);
-        for (int i = 0; i < 50; ++i)
-          if (!mine.emit(make_event(4, i))) ::_exit(2);
-      } catch (...) {
-        ::_exit(3);
-      }
-      ::_exit(0);
-    }
-    int status = 0;
-    ASSERT_EQ(::waitpid(child, &status, 0), child);
-    ASSERT_TRUE(WIFEXITED(status));
-    ASSERT_EQ(WEXITSTATUS(status), 0);
+    expect_exited_cleanly(writer_by_path(where, 4, 50));
+    if (HasFatalFailure()) return;
     std::vector<Event> out;
     ASSERT_EQ(ring.drain(out), 50u);
     EXPECT_EQ(out.back().index, 49);
