@@ -339,7 +339,7 @@ def interleaved_job(
     def start(of=None):  # a new iterator (its workers forked now), settled
         if pinned:
             os.sched_setaffinity(0, cpus)  # the workers fork with both, then move
-        it = iter(of or loader)
+        it = iter(of if of is not None else loader)
         if pinned:
             pin(it, cpus)
         for _ in range(settle):
