@@ -119,6 +119,10 @@ JOB = textwrap.dedent(
             decode_marker(i)
             return super().__getitem__(i)
 
+    class Reforked(Base):  # enough fetches a worker for a profile candidate in each epoch
+        def __len__(self):
+            return 4 * N
+
     class Stream(IterableDataset):
         def __iter__(self):
             info = get_worker_info()
@@ -186,6 +190,11 @@ JOB = textwrap.dedent(
             out["dies"] = str(e)
         out["profiled"] = labels(DataLoader(Profiled(), batch_size=1, num_workers=1,
                                             multiprocessing_context="fork"))
+        # New workers every epoch: the loader's profile schedule spans them all.
+        rdl = DataLoader(Reforked(), batch_size=1, num_workers=2, multiprocessing_context="fork")
+        t0 = time.monotonic()
+        out["reforked"] = [len(labels(rdl)) for _ in range(6)]
+        out["reforked_s"] = time.monotonic() - t0
         scenario_stack(out)
         # Last: a fork after the spawn/forkserver machinery has run can stall PyTorch's fd
         # passing for seconds (multiprocessing's resource sharer), with or without dldoctor.

@@ -1,6 +1,7 @@
 """dldoctor.job.profiling: one sampled profile of a worker's fetch names the user's hot
-function with its file and line (none of dldoctor's frames), and the schedule spaces the
-profiles in time and gives way to the user's own profiler."""
+function with its file and line (none of dldoctor's frames), a loader's schedule spaces its
+profiles in time across all its workers, and a process gives way to the user's own
+profiler."""
 
 from __future__ import annotations
 
@@ -36,18 +37,31 @@ def test_sampled_profile_names_the_hot_function(job):
     assert rec["epoch"] == 1 and rec["index"] == profiling.PROFILE_FIRST - 1
 
 
-def test_the_schedule_spaces_profiles_and_yields_to_the_users_profiler():
+def test_a_loaders_profiles_are_spaced_across_its_workers_and_epochs(job):
+    # Six epochs, two new workers each, every worker past its first profile candidate: a
+    # schedule of each process's own would profile all twelve. The loader's one schedule
+    # allows a profile at once, then PROFILE_MIN_INTERVAL_S later, the spacing doubling.
+    assert job.result["reforked"] == [64] * 6  # 32 fetches a worker
+    lid = loader_of(job, "Reforked")
+    recs = [r for r in job.side if r.get("type") == "profile" and r["loader"] == lid]
+    elapsed, allowed, gap = job.result["reforked_s"], 1, profiling.PROFILE_MIN_INTERVAL_S
+    while gap <= elapsed:
+        allowed += 1
+        gap += profiling.PROFILE_MIN_INTERVAL_S * 2 ** (allowed - 1)
+    assert 1 <= len(recs) <= allowed < 12, (len(recs), elapsed)
+    profiled = [e for e in events(job, lid, K.K_WORKER_BATCH) if e.flags & K.B_PROFILED]
+    assert len(profiled) == len(recs)
+
+
+def test_the_process_gives_way_to_the_users_profiler():
     s = profiling.ProfileSchedule()
-    t = 10**12
-    assert s.due(t)
-    assert not s.due(t + 1)  # spaced: at least PROFILE_MIN_INTERVAL_S
-    assert s.due(t + int(profiling.PROFILE_MIN_INTERVAL_S * 1e9))
-    assert s.spacing_ns == int(4 * profiling.PROFILE_MIN_INTERVAL_S * 1e9)  # doubling
-    for k in range(20):
-        s.due(t + 10**11 * (k + 1))
-    assert s.spacing_ns == int(profiling.PROFILE_MAX_INTERVAL_S * 1e9)
+    assert s.due()
     sys.setprofile(lambda *a: None)
     try:
-        assert not s.due(t + 10**14)
+        assert not s.due()
     finally:
         sys.setprofile(None)
+    s.off = True  # another tool owns the profiler hook
+    assert not s.due()
+    s.reset()
+    assert s.due()

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "dldoctor_core/common/clock.hpp"
 #include "dldoctor_core/common/error.hpp"
 #include "dldoctor_core/trace/batch_sampler.hpp"
 #include "dldoctor_core/trace/ring.hpp"
@@ -387,6 +388,48 @@ TEST_F(TraceRing, ProgressIsEachLoadersOwnAndOfItsEpoch) {
   auto fresh = EventRing::create(path("fresh"), 16);
   for (uint16_t l = 0; l < dldoctor::trace::kProgressSlots; ++l)
     EXPECT_EQ(fresh.progress(l, 0), -1);
+}
+
+TEST_F(TraceRing, ALoadersProfilesAreSpacedAcrossItsProcesses) {
+  // Two mappings stand for two workers of one loader (or one worker and its successor of the
+  // next epoch): the schedule is the loader's, in the ring, not either process's.
+  auto a = EventRing::create(path(), 16);
+  auto b = EventRing::open(path());
+  constexpr int64_t ms = 1'000'000, first = 500 * ms, most = 8'000 * ms;
+  const int64_t t = dldoctor::now_ns();
+  EXPECT_TRUE(a.claim_profile(3, t, first, most));  // the loader's first candidate
+  EXPECT_FALSE(b.claim_profile(3, t + 10 * ms, first, most));
+  EXPECT_TRUE(b.claim_profile(4, t + 10 * ms, first, most));  // another loader's own
+  EXPECT_FALSE(a.claim_profile(3, t + 495 * ms, first, most));
+  EXPECT_TRUE(b.claim_profile(3, t + 500 * ms, first, most));
+  // The spacing doubles with each profile taken (1 s now), up to `most`.
+  EXPECT_FALSE(a.claim_profile(3, t + 1'495 * ms, first, most));
+  EXPECT_TRUE(a.claim_profile(3, t + 1'500 * ms, first, most));
+  EXPECT_FALSE(b.claim_profile(3, t + 3'495 * ms, first, most));
+  EXPECT_TRUE(b.claim_profile(3, t + 3'500 * ms, first, most));
+  int64_t at = t + 3'500 * ms;
+  for (int64_t gap : {4'000, 8'000, 8'000, 8'000}) {
+    EXPECT_FALSE(a.claim_profile(3, at + (gap - 5) * ms, first, most)) << gap;
+    at += gap * ms;
+    EXPECT_TRUE(a.claim_profile(3, at, first, most)) << gap;
+  }
+  // A loader sharing the slot starts afresh, and the first loader then does too.
+  const uint16_t other = 3 + dldoctor::trace::kProgressSlots;
+  EXPECT_TRUE(b.claim_profile(other, at + ms, first, most));
+  EXPECT_FALSE(b.claim_profile(other, at + 2 * ms, first, most));
+  EXPECT_TRUE(a.claim_profile(3, at + 3 * ms, first, most));
+  // One claim wins among processes racing for the same candidate time.
+  auto fresh = EventRing::create(path("race"), 16);
+  std::atomic<int> won{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      auto mine = EventRing::open(path("race"));
+      for (int k = 0; k < 1000; ++k) won += mine.claim_profile(9, t, first, most);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(won.load(), 1);
 }
 
 // -- Which batches of a stream are measured (BatchSampler) ----------------------------------

@@ -39,10 +39,15 @@ namespace {
 using trace::EventKind;
 
 // A profile candidate is every kProfileEvery-th fetch of a process, the first at fetch
-// kProfileFirst (past warm-up: first reads, lazy imports); dldoctor.job.profiling then
-// spaces the profiles in time.
+// kProfileFirst (past warm-up: first reads, lazy imports). The loader's schedule in the ring
+// (EventRing::claim_profile) spaces its profiles in time, across all its processes: the
+// first kProfileMinIntervalNs after the previous, the spacing doubling up to
+// kProfileMaxIntervalNs. A profiled fetch runs about 2x slower and costs ~1 ms to summarise
+// (more in a freshly forked worker, whose first pass over that code copies its pages).
 constexpr uint64_t kProfileEvery = 50;
 constexpr uint64_t kProfileFirst = 10;
+constexpr int64_t kProfileMinIntervalNs = 500'000'000;
+constexpr int64_t kProfileMaxIntervalNs = 8'000'000'000;
 // The costly details of a measured fetch, thread CPU time (a syscall, ~0.6 us on a VM, twice)
 // and the bytes of the batch (a walk in Python, 0.2-1 us), are taken when the previous fetch
 // took at least kDetailAlwaysNs (then they are < 0.5% of it), else on every kDetailEvery-th
@@ -368,12 +373,14 @@ struct CollateSwap {
 };
 
 /// Every fetch that may be profiled counts (a worker's each, a single-process iterator's
-/// measured ones); a candidate asks dldoctor.job.profiling for a running profiler. False on
-/// a BaseException to raise; else `*profiler` is the profiler or nullptr.
-bool maybe_profile(BatchContext& c, PyObject** profiler) {
+/// measured ones); a candidate that `loader`'s schedule allows asks dldoctor.job.profiling
+/// for a running profiler. False on a BaseException to raise; else `*profiler` is the
+/// profiler or nullptr.
+bool maybe_profile(BatchContext& c, int loader, PyObject** profiler) {
   *profiler = nullptr;
   if (++c.process_fetches % kProfileEvery != kProfileFirst % kProfileEvery ||
-      c.on_profile_start == nullptr)
+      c.on_profile_start == nullptr ||
+      !writer_claim_profile(loader, kProfileMinIntervalNs, kProfileMaxIntervalNs))
     return true;
   *profiler = PyObject_CallNoArgs(c.on_profile_start);
   if (*profiler == Py_None) Py_CLEAR(*profiler);
@@ -427,7 +434,7 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
     if (!settle_callback_error()) return nullptr;
   }
   PyObject* profiler = nullptr;
-  if (!maybe_profile(c, &profiler)) return nullptr;
+  if (!maybe_profile(c, loader, &profiler)) return nullptr;
   // The coarse clock decides; a measured fetch is then timed on the precise one, an
   // unmeasured one on the coarse one: its expected reading is the true time, so the slow-fetch
   // mean stays right, and a fetch reads past the 10 ms cut only when it took over 10 ms
@@ -732,7 +739,7 @@ PyObject* single_next_call(PyObject* self, PyObject* const* args, size_t nargsf,
   const uint32_t weight = first ? 1 : handouts.unmeasured() + 1;
   Py_INCREF(st);  // the iterator may drop its state while the fetch runs
   PyObject* profiler = nullptr;
-  if (!maybe_profile(c, &profiler)) {
+  if (!maybe_profile(c, loader, &profiler)) {
     Py_DECREF(st);
     return nullptr;
   }
@@ -1356,6 +1363,8 @@ void register_batch_hooks(nb::module_& m) {
         nb::dict d;
         d["profile_every"] = kProfileEvery;
         d["profile_first"] = kProfileFirst;
+        d["profile_min_interval_ns"] = kProfileMinIntervalNs;
+        d["profile_max_interval_ns"] = kProfileMaxIntervalNs;
         d["detail_always_ns"] = kDetailAlwaysNs;
         d["detail_every"] = kDetailEvery;
         d["cuda_memory_every_ns"] = kCudaMemoryEveryNs;

@@ -30,6 +30,10 @@ bool writer_emit(int64_t kind, int64_t loader, int64_t worker, int64_t index, in
 /// `next_index` (EventRing::note_progress); nothing when no ring is open. Needs the GIL.
 void writer_progress(int loader, long long epoch, long long next_index) noexcept;
 
+/// Whether this process may profile a fetch of `loader` now, by the loader's schedule in the
+/// ring (EventRing::claim_profile); false when no ring is open. Needs the GIL.
+bool writer_claim_profile(int loader, int64_t first_spacing_ns, int64_t max_spacing_ns) noexcept;
+
 /// The names of an event tuple's fields, in order (the vocabulary's "event_fields").
 inline constexpr const char* kEventFields[] = {"kind",   "pid",   "t_ns",  "flags", "loader",
                                                "worker", "index", "count", "v0",    "v1",

@@ -112,6 +112,13 @@ bool writer_emit(int64_t kind, int64_t loader, int64_t worker, int64_t index, in
                                weight, g_pid.load(std::memory_order_relaxed)));
 }
 
+bool writer_claim_profile(int loader, int64_t first_spacing_ns, int64_t max_spacing_ns) noexcept {
+  EventRing* ring = g_writer;
+  return ring != nullptr && loader > 0 &&
+         ring->claim_profile(static_cast<uint16_t>(loader), now_ns(), first_spacing_ns,
+                             max_spacing_ns);
+}
+
 void writer_progress(int loader, long long epoch, long long next_index) noexcept {
   if (EventRing* ring = g_writer; ring != nullptr && next_index >= 0)
     ring->note_progress(static_cast<uint16_t>(loader), epoch, next_index);

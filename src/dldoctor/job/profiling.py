@@ -1,11 +1,13 @@
 """Sampled profiling of the fetch (__getitem__ + collate), so a slow_getitem finding can name
 the hot functions. The fetch hook (C++) offers a candidate every PROFILE_EVERY-th fetch of a
-process, the first at fetch PROFILE_FIRST (past warm-up: first reads, lazy imports); the
-schedule here spaces the profiles in time. A profiled fetch runs about 2x slower and costs
-~1 ms to summarise, so candidates are at least PROFILE_MIN_INTERVAL_S apart, the spacing
-doubling after each profile up to PROFILE_MAX_INTERVAL_S: well under 0.5% of a worker on a
-tiny-batch loader, and on a slow one (the case that needs names) the first profile still
-comes within a few fetches.
+process, the first at fetch PROFILE_FIRST (past warm-up: first reads, lazy imports), when the
+loader's schedule allows it: the schedule lives in the event ring, shared by the loader's
+main process and all its workers, those forked anew each epoch included, and spaces its
+profiles at least PROFILE_MIN_INTERVAL_S apart, the spacing doubling after each profile up to
+PROFILE_MAX_INTERVAL_S. A profiled fetch runs about 2x slower and costs ~1 ms to summarise:
+well under 0.5% of a tiny-batch loader, and on a slow one (the case that needs names) the
+first profile still comes within a few fetches. Here, a candidate only checks that no one
+else holds the profiler hook.
 """
 
 from __future__ import annotations
@@ -18,33 +20,27 @@ from .process import JOB_DIR, note
 _CONSTANTS = _ext.batch_hook_constants()
 PROFILE_EVERY = _CONSTANTS["profile_every"]
 PROFILE_FIRST = _CONSTANTS["profile_first"]
-PROFILE_MIN_INTERVAL_S = 0.5
-PROFILE_MAX_INTERVAL_S = 8.0
+PROFILE_MIN_INTERVAL_S = _CONSTANTS["profile_min_interval_ns"] / 1e9
+PROFILE_MAX_INTERVAL_S = _CONSTANTS["profile_max_interval_ns"] / 1e9
 # Functions kept per profile: the top by self time and the top by cumulative time.
 PROFILE_TOP = 8
 
 
 class ProfileSchedule:
-    """When this process may profile its next candidate fetch."""
+    """Whether this process may profile the candidate the loader's schedule allowed."""
 
-    __slots__ = ("next_ok_ns", "spacing_ns", "off")
+    __slots__ = ("off",)
 
     def __init__(self):
         self.reset()
 
     def reset(self) -> None:
-        self.next_ok_ns = 0
-        self.spacing_ns = int(PROFILE_MIN_INTERVAL_S * 1e9)
         self.off = False  # another tool owns the profiler hook: stop trying
 
-    def due(self, now_ns: int) -> bool:
-        if self.off or now_ns < self.next_ok_ns:
+    def due(self) -> bool:
+        if self.off:
             return False
-        if sys.getprofile() is not None:  # the user is profiling: do not take their profiler
-            return False
-        self.next_ok_ns = now_ns + self.spacing_ns
-        self.spacing_ns = min(self.spacing_ns * 2, int(PROFILE_MAX_INTERVAL_S * 1e9))
-        return True
+        return sys.getprofile() is None  # the user is profiling: do not take their profiler
 
 
 SCHEDULE = ProfileSchedule()
@@ -52,7 +48,7 @@ SCHEDULE = ProfileSchedule()
 
 def start():
     """A candidate fetch is about to run: a running profiler when it is due, else None."""
-    if not SCHEDULE.due(_ext.monotonic_ns()):
+    if not SCHEDULE.due():
         return None
     try:
         import _lsprof

@@ -129,7 +129,7 @@ def begin(wi: _WorkerInit, worker_id) -> None:
 
     patch_fetchers()  # before the worker's first fetch: the loop calls it after begin()
     CTX.begin_worker(wi.loader_id, wid)
-    profiling.SCHEDULE.reset()  # forked: the parent's schedule is not this worker's
+    profiling.SCHEDULE.reset()  # forked: whether the parent could profile is not ours to know
     register_stack_dump()
     start_ns = proc_start_ns()
     if PROCESS.emit is not None:

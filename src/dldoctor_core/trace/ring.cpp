@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -93,6 +94,7 @@ void* map_fresh(int fd, size_t bytes, size_t capacity, const std::string& what,
   header->lost.store(0, std::memory_order_relaxed);
   header->next_loader_id.store(0, std::memory_order_relaxed);
   for (auto& slot : header->progress) slot.store(0, std::memory_order_relaxed);
+  for (auto& slot : header->profile) slot.store(0, std::memory_order_relaxed);
   // The magic last: a process that opens a half-initialised file refuses it.
   std::atomic_thread_fence(std::memory_order_release);
   header->magic = kRingMagic;
@@ -294,6 +296,27 @@ int64_t EventRing::progress(uint16_t loader, int64_t epoch) const noexcept {
   const uint64_t key = header_->progress[loader % kProgressSlots].load(std::memory_order_relaxed);
   if (key == 0 || (key & ~kProgressIndexMask) != progress_key(loader, epoch, 0)) return -1;
   return int64_t(key & kProgressIndexMask);
+}
+
+bool EventRing::claim_profile(uint16_t loader, int64_t now_ns, int64_t first_spacing_ns,
+                              int64_t max_spacing_ns) noexcept {
+  auto& slot = header_->profile[loader % kProgressSlots];
+  const int64_t now_ms = std::max<int64_t>(0, (now_ns - header_->created_ns) / 1'000'000);
+  uint64_t key = slot.load(std::memory_order_relaxed);
+  for (;;) {
+    uint32_t taken = 0;
+    if (key != 0 && uint16_t(key >> 48) == loader) {
+      if (now_ms < int64_t(key & kProgressIndexMask)) return false;
+      taken = uint32_t(key >> 40) & 0xff;
+    }
+    int64_t spacing = first_spacing_ns;
+    for (uint32_t i = 0; i < taken && spacing < max_spacing_ns; ++i) spacing *= 2;
+    spacing = std::min(spacing, max_spacing_ns);
+    const uint64_t next = profile_key(loader, std::min<uint32_t>(taken + 1, 0xff),
+                                      now_ms + spacing / 1'000'000);
+    // A process that loses the race sees the winner's key, and with it a time to come.
+    if (slot.compare_exchange_weak(key, next, std::memory_order_relaxed)) return true;
+  }
 }
 
 uint16_t EventRing::next_loader_id() noexcept {

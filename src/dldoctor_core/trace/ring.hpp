@@ -21,7 +21,7 @@ namespace dldoctor::trace {
 /// "DLDRING1" read as a little-endian integer: marks a file as an event ring.
 inline constexpr uint64_t kRingMagic = 0x31474e4952444c44ull;
 /// Bumped whenever the header or the slot protocol changes.
-inline constexpr uint32_t kRingVersion = 2;
+inline constexpr uint32_t kRingVersion = 3;
 /// Default slot count: 64 Ki events = 4 MiB, about a minute of a busy 8-worker job between
 /// two drains at 100 ms.
 inline constexpr size_t kDefaultRingCapacity = size_t{1} << 16;
@@ -48,6 +48,9 @@ struct RingHeader {
   /// or not (a fast loop's events are a sample): what a stuck loop waits for, exactly.
   /// One word a slot, so a read never mixes two loaders: see progress_key().
   alignas(64) std::atomic<uint64_t> progress[kProgressSlots];
+  /// Each loader's profile schedule, shared by its main process and every worker of every
+  /// epoch: see profile_key() and EventRing::claim_profile. Same slots as `progress`.
+  alignas(64) std::atomic<uint64_t> profile[kProgressSlots];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "ring counters cross processes");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "ring counters cross processes");
@@ -60,6 +63,13 @@ inline constexpr uint64_t kProgressIndexMask = (uint64_t{1} << 40) - 1;
 constexpr uint64_t progress_key(uint16_t loader, int64_t epoch, int64_t next_index) noexcept {
   return uint64_t(loader) << 48 | (uint64_t(epoch) & 0xff) << 40 |
          (uint64_t(next_index) & kProgressIndexMask);
+}
+
+/// A loader's profile schedule as one word: loader id (16 bits), profiles taken (8 bits),
+/// the earliest time of the next one (40 bits, ms after the ring's creation). 0: none taken.
+constexpr uint64_t profile_key(uint16_t loader, uint32_t taken, int64_t next_ms) noexcept {
+  return uint64_t(loader) << 48 | uint64_t(taken & 0xff) << 40 |
+         (uint64_t(next_ms) & kProgressIndexMask);
 }
 
 /// A mapped event ring; many writers (any thread of any process), one reader. Move-only;
@@ -111,6 +121,16 @@ class EventRing {
   /// The next batch due that `loader` last noted in `epoch`; -1 when it noted none there (or
   /// a loader sharing its slot wrote since).
   int64_t progress(uint16_t loader, int64_t epoch) const noexcept;
+  /// Whether a fetch of `loader` starting at `now_ns` (CLOCK_MONOTONIC) may be profiled: the
+  /// loader's first candidate may, and each profile taken puts the next `first_spacing_ns`
+  /// later, the spacing doubling with each one up to `max_spacing_ns`. The schedule lives
+  /// in the ring, so it spaces the profiles of every process of the loader together: its
+  /// workers, and those forked anew each epoch (a schedule of each worker's own profiled
+  /// every new worker once at least: two profiles a second of a tiny-batch loader whose
+  /// epochs last a second, ~1.5% of its throughput, bench/overhead.py). A loader sharing its
+  /// slot (loader % kProgressSlots) with another starts afresh when the other wrote last.
+  bool claim_profile(uint16_t loader, int64_t now_ns, int64_t first_spacing_ns,
+                     int64_t max_spacing_ns) noexcept;
   /// A loader id unique among all processes writing this ring; starts at 1 (0 = unknown).
   uint16_t next_loader_id() noexcept;
 
