@@ -17,6 +17,14 @@ import sys
 from .. import _ext
 from .process import JOB_DIR, note
 
+# Imported here, in the main process as dldoctor installs: a worker forked later has it. A
+# forked worker that imported it itself took ~6 ms of CPU (~0.3 ms here), at its first
+# profile, in every new worker of every epoch.
+try:
+    import _lsprof
+except ImportError:  # an interpreter without it: no profiles
+    _lsprof = None
+
 _CONSTANTS = _ext.batch_hook_constants()
 PROFILE_EVERY = _CONSTANTS["profile_every"]
 PROFILE_FIRST = _CONSTANTS["profile_first"]
@@ -50,9 +58,9 @@ def start():
     """A candidate fetch is about to run: a running profiler when it is due, else None."""
     if not SCHEDULE.due():
         return None
+    if _lsprof is None:
+        return None
     try:
-        import _lsprof
-
         profiler = _lsprof.Profiler()
         profiler.enable()
         return profiler
