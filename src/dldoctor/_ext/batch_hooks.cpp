@@ -42,8 +42,9 @@ using trace::EventKind;
 // kProfileFirst (past warm-up: first reads, lazy imports). The loader's schedule in the ring
 // (EventRing::claim_profile) spaces its profiles in time, across all its processes: the
 // first kProfileMinIntervalNs after the previous, the spacing doubling up to
-// kProfileMaxIntervalNs. A profiled fetch runs about 2x slower and costs ~1 ms to summarise
-// (more in a freshly forked worker, whose first pass over that code copies its pages).
+// kProfileMaxIntervalNs. A profiled fetch runs about 2x slower and costs ~0.1 ms to
+// summarise, ~0.4 ms the first time in a freshly forked worker (dldoctor.job.profiling loads
+// the profiler in the main process: loaded by the worker, ~7 ms).
 constexpr uint64_t kProfileEvery = 50;
 constexpr uint64_t kProfileFirst = 10;
 constexpr int64_t kProfileMinIntervalNs = 500'000'000;

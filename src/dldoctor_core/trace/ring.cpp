@@ -306,7 +306,7 @@ bool EventRing::claim_profile(uint16_t loader, int64_t now_ns, int64_t first_spa
   for (;;) {
     uint32_t taken = 0;
     if (key != 0 && uint16_t(key >> 48) == loader) {
-      if (now_ms < int64_t(key & kProgressIndexMask)) return false;
+      if (now_ms < int64_t(key & kProfileNextMask)) return false;
       taken = uint32_t(key >> 40) & 0xff;
     }
     int64_t spacing = first_spacing_ns;

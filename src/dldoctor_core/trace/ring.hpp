@@ -65,11 +65,15 @@ constexpr uint64_t progress_key(uint16_t loader, int64_t epoch, int64_t next_ind
          (uint64_t(next_index) & kProgressIndexMask);
 }
 
+/// The earliest-next-profile bits of a profile key (the same low 40 bits as a progress key's
+/// next batch).
+inline constexpr uint64_t kProfileNextMask = kProgressIndexMask;
+
 /// A loader's profile schedule as one word: loader id (16 bits), profiles taken (8 bits),
 /// the earliest time of the next one (40 bits, ms after the ring's creation). 0: none taken.
 constexpr uint64_t profile_key(uint16_t loader, uint32_t taken, int64_t next_ms) noexcept {
   return uint64_t(loader) << 48 | uint64_t(taken & 0xff) << 40 |
-         (uint64_t(next_ms) & kProgressIndexMask);
+         (uint64_t(next_ms) & kProfileNextMask);
 }
 
 /// A mapped event ring; many writers (any thread of any process), one reader. Move-only;
@@ -127,8 +131,8 @@ class EventRing {
   /// in the ring, so it spaces the profiles of every process of the loader together: its
   /// workers, and those forked anew each epoch (a schedule of each worker's own profiled
   /// every new worker once at least: two profiles a second of a tiny-batch loader whose
-  /// epochs last a second, ~1.5% of its throughput, bench/overhead.py). A loader sharing its
-  /// slot (loader % kProgressSlots) with another starts afresh when the other wrote last.
+  /// epochs last a second, each ~7 ms of a fresh worker's CPU). A loader sharing its slot
+  /// (loader % kProgressSlots) with another starts afresh when the other wrote last.
   bool claim_profile(uint16_t loader, int64_t now_ns, int64_t first_spacing_ns,
                      int64_t max_spacing_ns) noexcept;
   /// A loader id unique among all processes writing this ring; starts at 1 (0 = unknown).
