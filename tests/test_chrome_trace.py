@@ -212,7 +212,7 @@ def test_a_fast_loop_is_shown_as_the_sample_it_is(tmp_path):
     (end,) = [e for e in ev if e["name"].startswith("epoch 1 ends")]
     assert end["args"]["batches"] == 150_000
     assert doc["otherData"]["sampled"] is True
-    assert doc["otherData"]["sample_above_batches_per_s"] == 2000
+    assert doc["otherData"]["sample_above_batches_per_s"] == 500
     assert doc["otherData"]["sample_handouts_with_workers_above_per_s"] == 500
     tracks = [e["args"]["name"] for e in ev if e["name"] == "thread_name"]
     assert any("wait / step (a sample" in t for t in tracks), tracks

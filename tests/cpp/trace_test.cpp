@@ -462,9 +462,9 @@ std::pair<int64_t, int64_t> feed(BatchSampler& s, int64_t n, int64_t per_second,
 TEST(BatchSampler, EveryBatchOfANormalLoaderIsMeasured) {
   BatchSampler s(7);
   int64_t t = kSecond;
-  auto [measured, weights] = feed(s, 3000, 1500, t);  // two seconds at 1,500 batches/s
-  EXPECT_EQ(measured, 3000);
-  EXPECT_EQ(weights, 3000);
+  auto [measured, weights] = feed(s, 800, 400, t);  // two seconds at 400 batches/s
+  EXPECT_EQ(measured, 800);
+  EXPECT_EQ(weights, 800);
   EXPECT_EQ(s.period(), 1u);
   EXPECT_EQ(s.unmeasured(), 0u);
 }
@@ -484,8 +484,9 @@ TEST(BatchSampler, SamplingStartsAtItsRateNotAtTheMeasuredRate) {
 }
 
 TEST(BatchSampler, AStreamMayBeSampledFromALowerRate) {
-  // A loader with workers samples its hand-outs from 500 a second on (at 64 a second).
-  BatchSampler hand_outs(29, 64, 500), fetches(31);
+  // A sampler's rates are its own: one that samples from 500 a second on (at 64 a second),
+  // one that measures every batch up to 2,000 a second.
+  BatchSampler hand_outs(29, 64, 500), fetches(31, dldoctor::trace::kMeasuredPerSecond, 2000);
   int64_t t = kSecond;
   auto [measured, weights] = feed(hand_outs, 4 * 1200, 1200, t);  // four seconds at 1,200/s
   EXPECT_EQ(hand_outs.period(), 16u);  // 1,200 / 64 = 18, down to a power of two
@@ -493,7 +494,7 @@ TEST(BatchSampler, AStreamMayBeSampledFromALowerRate) {
   EXPECT_EQ(weights + hand_outs.unmeasured(), 4 * 1200);
   t = kSecond;
   feed(fetches, 4 * 1200, 1200, t);
-  EXPECT_EQ(fetches.period(), 1u);  // the default: every batch below 2,000 a second
+  EXPECT_EQ(fetches.period(), 1u);  // every batch below 2,000 a second
   hand_outs.reset();
   t = kSecond;
   feed(hand_outs, 4 * 1200, 1200, t);
@@ -547,7 +548,7 @@ TEST(BatchSampler, APauseIsNotASlowerStream) {
   EXPECT_EQ(s.period(), kFastPeriod);
   // A stream that slows down evenly is measured in full from the next window on.
   feed(s, 8'000, 80'000, t);
-  feed(s, 101, 1'000, t);
+  feed(s, 41, 400, t);
   EXPECT_EQ(s.period(), 1u);
 }
 
@@ -643,9 +644,9 @@ TEST(BatchSampler, ARunAtATimeIsTheSameSampleAsABatchAtATime) {
 TEST(BatchSampler, ANormalLoaderPlansNoRun) {
   BatchSampler s(7);
   int64_t t = kSecond;
-  auto [measured, weights] = feed_runs(s, 3000, 1500, t);
-  EXPECT_EQ(measured, 3000);
-  EXPECT_EQ(weights, 3000);
+  auto [measured, weights] = feed_runs(s, 800, 400, t);
+  EXPECT_EQ(measured, 800);
+  EXPECT_EQ(weights, 800);
   EXPECT_EQ(s.plan(t), 0u);
 }
 

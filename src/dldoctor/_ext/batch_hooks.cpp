@@ -65,7 +65,8 @@ constexpr int64_t kCudaMemoryEveryNs = 1'000'000'000;
 // 640-1,280 batches in a rule's 10 s window.
 constexpr int64_t kHandoutsMeasuredPerSecond = 64;
 // A loader with workers has its hand-outs sampled from this rate on (at
-// kHandoutsMeasuredPerSecond), not from trace::kSampleAbovePerSecond: its hand-out event is the
+// kHandoutsMeasuredPerSecond), today the same as its workers' fetches (trace::
+// kSampleAbovePerSecond) but for a reason of its own, so kept apart: its hand-out event is the
 // consumer's wait alone (the fetch is the worker's own event), each one costs the main process
 // ~2 us of attribute reads, clock reads and the ring on a ~500 us batch, and such a loop is
 // bound by the round trip between the processes, which any work in between lengthens. The

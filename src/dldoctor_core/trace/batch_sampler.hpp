@@ -17,8 +17,11 @@ namespace dldoctor::trace {
 /// (bench/hooks_ab.py).
 inline constexpr int64_t kMeasuredPerSecond = 250;
 /// Below this rate every fetch is measured; above it, about kMeasuredPerSecond a second.
-/// Normal loaders, whose batches take a millisecond or more, never sample.
-inline constexpr int64_t kSampleAbovePerSecond = 2000;
+/// Loaders whose batches take 2 ms or more never sample. Each event is also the watcher's
+/// work (the drain, the analyzer): a tiny-batch loader with 2 workers at ~1,100 fetches a
+/// second each wrote every one, ~2,400 events a second, a third of the watcher's CPU; a
+/// sample of 250-500 a second per stream describes a rule's 10 s window as well.
+inline constexpr int64_t kSampleAbovePerSecond = 500;
 /// The rate is estimated over windows this long; the period follows within one window, but
 /// falls by half at most after a window that one gap filled (a pause is not a slower stream).
 inline constexpr int64_t kRateWindowNs = 100'000'000;
