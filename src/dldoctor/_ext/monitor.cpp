@@ -176,6 +176,7 @@ void register_monitor(nb::module_& m) {
             monitor::LiveData d;
             {
               nb::gil_scoped_release nogil;
+              self.catch_up();  // this instant's counts (the drain thread lags by up to 0.1 s)
               d = self.series().live(now_ns());
             }
             return live_to_dict(d);

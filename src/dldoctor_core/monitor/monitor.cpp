@@ -85,7 +85,11 @@ void Monitor::start(int root_pid) {
 }
 
 void Monitor::stop() {
-  if (!running_.exchange(false)) return;
+  {
+    std::lock_guard lock(wake_mutex_);  // the drain thread sees it at once, not after its sleep
+    if (!running_.exchange(false)) return;
+  }
+  wake_.notify_all();
   if (watchdog_) watchdog_->stop();
   if (drain_thread_.joinable()) drain_thread_.join();
   if (sampler_) sampler_->stop();
@@ -345,13 +349,21 @@ analyze::Decision Monitor::decide(analyze::Window w) const {
   return analyze::decide(std::move(findings), session_.any_loader(), hung, not_healthy);
 }
 
+void Monitor::catch_up() {
+  std::vector<trace::Event> buf;
+  while (drain_once(buf) == kDrainBatch) {
+  }
+}
+
 void Monitor::drain_loop() {
   std::vector<trace::Event> buf;
   buf.reserve(kDrainBatch);
   while (running_.load(std::memory_order_relaxed)) {
     size_t n = drain_once(buf);
     if (n < kDrainBatch) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(opts_.drain_interval_ms));
+      std::unique_lock lock(wake_mutex_);
+      wake_.wait_for(lock, std::chrono::milliseconds(opts_.drain_interval_ms),
+                     [this] { return !running_.load(std::memory_order_relaxed); });
     }
   }
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -28,7 +29,13 @@ namespace dldoctor::monitor {
 /// Options of a Monitor.
 struct MonitorOptions {
   double sample_interval_s = 0.1;  ///< /proc sampling period (DESIGN.md section 3)
-  int drain_interval_ms = 20;      ///< how often the ring is drained into the analyzer
+  /// How often the drain thread moves the ring's events into the analyzer. The ring holds
+  /// seconds of the busiest stream (its writers sample past 500 batches/s), the rules read
+  /// windows of seconds and the hang doctor times out in seconds, so a tenth of a second
+  /// costs them nothing; a reader that needs the counts of this instant (the live view,
+  /// `tune`'s rates) calls catch_up(). Every wake-up is the watcher's CPU taken from the job
+  /// it watches: at 20 ms, 50 a second, ~2 ms of a core a second on a tiny-batch loader.
+  int drain_interval_ms = 100;
   std::string run_dir;             ///< where the job's processes dump their stacks
   std::optional<double> hang_timeout_s;  ///< --hang-timeout; empty: adaptive (>= 60 s)
   size_t trace_max_events = 0;  ///< > 0: keep raw events and counters for --trace, this many
@@ -80,6 +87,9 @@ class Monitor {
   /// The raw events and counters for --trace; null unless trace_max_events > 0.
   const TraceStore* trace_store() const { return trace_.get(); }
   trace::EventRing& ring() { return *ring_; }
+  /// Moves what the ring holds now into the analyzer (the drain thread does so every
+  /// drain_interval_ms): for a reader of this instant's counts.
+  void catch_up();
   /// Events moved from the ring into the analyzer so far.
   uint64_t events_seen() const { return events_seen_.load(std::memory_order_relaxed); }
   /// Monotonic time of the last batch handed to a consumer, 0 before the first.
@@ -126,6 +136,8 @@ class Monitor {
   std::unique_ptr<TraceStore> trace_;  // set in the constructor, never replaced
   std::thread drain_thread_;
   std::atomic<bool> running_{false};
+  std::mutex wake_mutex_;             // with wake_: stop() ends the drain thread's wait
+  std::condition_variable wake_;
   std::atomic<uint64_t> events_seen_{0};
   std::atomic<int64_t> last_batch_ns_{0};
   std::mutex drain_mutex_;
