@@ -73,3 +73,35 @@ def test_a_reused_pid_records_come_at_the_next_look_and_at_the_end(tmp_path, mon
     monkeypatch.setattr(sidelog_tail, "RETIRED_EVERY_NS", 0)
     tail._next_retired_ns = 0
     assert [r["type"] for r in tail.poll()] == ["profile"]
+
+
+def test_a_live_process_file_with_nothing_new_is_not_opened(tmp_path, monkeypatch):
+    tail = SideLogTail(str(tmp_path))
+    mine = tmp_path / f"side-{os.getpid()}.jsonl"
+    _append(mine, '{"type": "a"}\n')
+    assert [r["type"] for r in tail.poll()] == ["a"]
+    opened = []
+    real_open = open
+    monkeypatch.setattr(
+        "builtins.open", lambda p, *a, **k: opened.append(p) or real_open(p, *a, **k)
+    )
+    assert tail.poll() == [] and tail.poll() == []
+    assert not opened  # its size said so
+    _append(mine, '{"type": "b"}\n')
+    assert [r["type"] for r in tail.poll()] == ["b"]
+
+
+def test_a_new_process_file_is_found_when_the_folder_changes_or_at_the_next_listing(tmp_path):
+    tail = SideLogTail(str(tmp_path))
+    assert tail.poll() == []
+    first = _exited_writer(tmp_path, [{"type": "process"}])
+    assert [r["type"] for r in tail.poll()] == ["process"]  # the folder's time changed
+    # A file made within the same tick of the folder's clock as the last listing leaves the
+    # folder's time as it was: found at the next periodic listing, and at the last poll.
+    tail._next_list_ns = float("inf")
+    second = _exited_writer(tmp_path, [{"type": "worker_start"}])
+    tail._dir_mtime = os.stat(tmp_path).st_mtime_ns
+    assert tail.poll() == []
+    tail._next_list_ns = 0
+    assert [r["type"] for r in tail.poll()] == ["worker_start"]
+    assert first != second and tail.poll(everything=True) == []
