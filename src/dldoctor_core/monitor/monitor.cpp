@@ -93,9 +93,7 @@ void Monitor::stop() {
   if (watchdog_) watchdog_->stop();
   if (drain_thread_.joinable()) drain_thread_.join();
   if (sampler_) sampler_->stop();
-  std::vector<trace::Event> buf;
-  while (drain_once(buf) > 0) {
-  }
+  catch_up();
 }
 
 void Monitor::set_facts(const system::Facts& facts) {

@@ -88,7 +88,7 @@ class Monitor {
   const TraceStore* trace_store() const { return trace_.get(); }
   trace::EventRing& ring() { return *ring_; }
   /// Moves what the ring holds now into the analyzer (the drain thread does so every
-  /// drain_interval_ms): for a reader of this instant's counts.
+  /// drain_interval_ms): for a reader of this instant's counts, and stop()'s last drain.
   void catch_up();
   /// Events moved from the ring into the analyzer so far.
   uint64_t events_seen() const { return events_seen_.load(std::memory_order_relaxed); }
