@@ -43,8 +43,10 @@ watcher, every thread, per batch) and the watcher's share of a core. `--parts ho
 `--parts watcher` takes only that part out of an unwatched epoch: what each costs alone
 (`--parts worker-hooks`: only the hooks in the workers, in fork workers; `--parts none`: an
 A/A run, both sides watched, what the method itself reads). `--one-epoch` forks no workers
-inside the bench: each side keeps one iterator, made under it, for the whole run (a loader's
-steady state, as in one long epoch).
+between a side's blocks: each side keeps one iterator, made under it, for 10 rounds (a
+loader's steady state, as in one long epoch), then a new pair is made, the sides in the other
+order (with one pair for the whole job, one job read 0.96 and the next 0.98: a pair's lot
+stays with it).
 
     python bench/overhead.py --interleaved [--kinds tiny-0,tiny-2] [--rounds N] [--parts all]
         [--jobs N]
@@ -269,6 +271,8 @@ def one(mode: str, kind: str, batches: int, tmp: str, job: str, pinned: bool = F
 
 # --interleaved: batches a side after `settle` of start-up, and rounds, by case.
 INTERLEAVED = {"tiny-0": (2000, 100, 300), "tiny-2": (1500, 200, 60), "typical": (200, 20, 100)}
+# --one-epoch, the hooks out of one side: rounds a pair of loaders serves (new_pair).
+PAIR_ROUNDS = 10
 
 
 def interleaved_job(
@@ -290,9 +294,10 @@ def interleaved_job(
     `one_epoch`: no new workers each side: what a loader's steady state pays, as in one long
     epoch. With `parts` watcher, one iterator for the whole bench, whose blocks alternate with
     the watcher stopped and running. Else each side has its own loader and iterator, made
-    once under that side (the workers' hooks cannot be taken out mid-epoch: the unwatched
-    side's workers fork with every patch put back and stay so), and the blocks alternate
-    between the two, the main process's patches and the watcher switched with each."""
+    under that side (the workers' hooks cannot be taken out mid-epoch: the unwatched side's
+    workers fork with every patch put back and stay so), anew every PAIR_ROUNDS rounds, and
+    the blocks alternate between the two, the main process's patches and the watcher switched
+    with each."""
     import signal
     import time
 
@@ -353,17 +358,29 @@ def interleaved_job(
 
     def side_start(watched: bool):  # --one-epoch with two loaders: this side's, made under it
         use(watched)
-        return start(make_loader(kind, settle + block * (rounds + 1)))
+        return start(make_loader(kind, settle + block * (PAIR_ROUNDS + 1)))
+
+    def new_pair(n: int) -> dict:
+        # A pair of loaders serves PAIR_ROUNDS rounds, then a new one is made, the two sides
+        # made in the other order: a pair's own lot (where its workers' memory and caches
+        # fall, which side forked first) stays with it for its whole life, and moved one job's
+        # figure by +-2 points against the next; over many pairs it averages out.
+        sides.clear()  # the old pair's workers exit first
+        use(True)
+        order = (False, True) if n % 2 == 0 else (True, False)
+        made = {w: side_start(w) for w in order}
+        return {"unwatched": made[False], "watched": made[True]}
 
     rows = []
     clock = time.perf_counter_ns
     sides = {}
-    if two:
-        sides = {"unwatched": side_start(False), "watched": side_start(True)}
-    elif one_epoch:
+    if one_epoch and not two:
         it, pids = start()
     try:
         for r in range(rounds + 1):
+            if two and r % PAIR_ROUNDS == 0:
+                it = pids = None  # the loop's last reference to the old pair
+                sides = new_pair(r // PAIR_ROUNDS)
             for side in ("unwatched", "watched") if r % 2 == 0 else ("watched", "unwatched"):
                 use(side == "watched")
                 if two:
