@@ -365,8 +365,8 @@ def interleaved_job(
         # made in the other order: a pair's own lot (where its workers' memory and caches
         # fall, which side forked first) stays with it for its whole life, and moved one job's
         # figure by +-2 points against the next; over many pairs it averages out.
-        sides.clear()  # the old pair's workers exit first
-        use(True)
+        use(True)  # the old pair ends as in a run: its hooks in place, the watcher running
+        sides.clear()  # its workers exit before the new pair forks
         order = (False, True) if n % 2 == 0 else (True, False)
         made = {w: side_start(w) for w in order}
         return {"unwatched": made[False], "watched": made[True]}
