@@ -1,14 +1,17 @@
 // A loader's events folded into its track when the writer measured a sample of a fast stream
 // (each event standing for `weight` batches, the unmeasured tail on kIterEnd / kWorkerExit):
 // the counts come out exact and the figures the rules read (data stall, per-sample times,
-// bytes per batch, on-CPU share) as from every batch.
+// bytes per batch, on-CPU share) as from every batch. And which hand-outs fill the pipeline
+// (worker start-up) rather than measure the loader's pace.
 #include "dldoctor_core/analyze/loader_track.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <vector>
 
 #include "dldoctor_core/analyze/session.hpp"
 #include "dldoctor_core/trace/batch_sampler.hpp"
@@ -194,6 +197,116 @@ TEST(SessionIngest, AWorkersSampleTailArrivesWithItsExit) {
   const JobView v = s.view(kT0 + 3000, Window::kWholeRun);
   ASSERT_EQ(v.loaders.size(), 1u);
   EXPECT_EQ(v.loaders[0].worker_batches, 57);
+}
+
+// An in-order loader with `workers` workers, each fetching a batch in `fetch_ns`, worker k
+// coming up `up_ns[k]` after the iterator starts (spawned workers start one after the
+// other), and a consumer that steps `step_ns` per batch: the events its hooks write.
+std::vector<Event> in_order_iterator(int64_t t0, const std::vector<int64_t>& up_ns,
+                                     int64_t fetch_ns, int64_t step_ns, int32_t batches) {
+  const int workers = int(up_ns.size());
+  std::vector<Event> out;
+  Event start = iter_start(1, t0);
+  start.worker = int16_t(workers);
+  out.push_back(start);
+  std::vector<int64_t> free_at(workers);
+  for (int k = 0; k < workers; ++k) free_at[k] = t0 + up_ns[k];
+  int64_t asked = t0;
+  for (int32_t i = 0; i < batches; ++i) {
+    const int k = i % workers;
+    const int64_t done = free_at[k] + fetch_ns;
+    Event f;
+    f.kind = EventKind::kWorkerBatch;
+    f.pid = 200 + k;
+    f.t_ns = free_at[k];
+    f.loader = 1;
+    f.worker = int16_t(k);
+    f.index = i;
+    f.count = 4;
+    f.v[0] = fetch_ns;
+    f.v[2] = -1;
+    f.v[3] = -1;
+    out.push_back(f);
+    free_at[k] = done;
+    const int64_t handed = std::max(asked, done);
+    Event h;
+    h.kind = EventKind::kMainBatch;
+    h.pid = 100;
+    h.t_ns = asked;
+    h.loader = 1;
+    h.worker = int16_t(k);
+    h.index = i;
+    h.v[0] = handed - asked;
+    h.v[1] = i == 0 ? -1 : step_ns;
+    h.v[2] = -1;
+    out.push_back(h);
+    asked = handed + step_ns;
+  }
+  return out;
+}
+
+double stall_of(const std::vector<Event>& events) {
+  Session s;
+  for (const Event& e : events) s.ingest(e);
+  const JobView v = s.view(events.back().t_ns + 1000 * kUs, Window::kWholeRun);
+  EXPECT_EQ(v.loaders.size(), 1u);
+  if (v.loaders.empty() || !v.loaders[0].data_stall_fraction) return -1;
+  return *v.loaders[0].data_stall_fraction;
+}
+
+constexpr int64_t kMs = 1000 * kUs;
+
+// A fast loader whose second worker came up 300 ms after its first (a spawned worker's
+// imports): the consumer waits for that worker's first batch once, and then never. That
+// wait is start-up, not a loader that cannot keep up.
+TEST(PipelineFill, AWorkersLateFirstBatchIsStartUpNotStall) {
+  for (int epochs : {1, 3}) {
+    std::vector<Event> events;
+    int64_t t = kT0;
+    for (int ep = 0; ep < epochs; ++ep) {
+      auto it = in_order_iterator(t, {1000 * kMs, 1300 * kMs}, 400 * kUs, 20 * kMs, 200);
+      t = it.back().t_ns + 100 * kMs;
+      events.insert(events.end(), it.begin(), it.end());
+    }
+    const double stall = stall_of(events);
+    EXPECT_GE(stall, 0) << epochs;
+    EXPECT_LT(stall, 0.01) << epochs;
+  }
+}
+
+// The same start-up before a loader that cannot keep up (2 workers, 60 ms a batch, 20 ms
+// a step: 10 ms waited per batch): its steady waits still count.
+TEST(PipelineFill, ASlowLoaderStillStalls) {
+  const double stall =
+      stall_of(in_order_iterator(kT0, {1000 * kMs, 1300 * kMs}, 60 * kMs, 20 * kMs, 200));
+  EXPECT_NEAR(stall, 10.0 / 30.0, 0.02);
+}
+
+// Direct: an iterator's first hand-out and each worker's first are filling, the rest not;
+// a new iterator starts over; a hand-out of the main process is filling only when first.
+TEST(PipelineFill, FirstOfIteratorAndOfEachWorker) {
+  PipelineFill fill;
+  auto handout = [](int worker, bool first) {
+    Event e;
+    e.kind = EventKind::kMainBatch;
+    e.worker = int16_t(worker);
+    e.v[1] = first ? -1 : 5;
+    return e;
+  };
+  fill.on_iter_start(3);
+  EXPECT_TRUE(fill.filling(handout(0, true)));
+  EXPECT_TRUE(fill.filling(handout(1, false)));
+  EXPECT_FALSE(fill.filling(handout(0, false)));
+  EXPECT_TRUE(fill.filling(handout(2, false)));
+  EXPECT_FALSE(fill.filling(handout(1, false)));
+  EXPECT_FALSE(fill.filling(handout(-1, false)));  // worker unknown
+  fill.on_iter_start(3);
+  EXPECT_TRUE(fill.filling(handout(1, true)));
+  EXPECT_TRUE(fill.filling(handout(0, false)));
+  EXPECT_FALSE(fill.filling(handout(1, false)));
+  fill.on_iter_start(0);  // single-process: only the iterator's first
+  EXPECT_TRUE(fill.filling(handout(-1, true)));
+  EXPECT_FALSE(fill.filling(handout(-1, false)));
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ void LoaderTrack::on_iter_start(const trace::Event& e) noexcept {
   awaiting_first_batch_ = true;
   ++generation_;
   done_in_iter_ = handed_in_iter_ = 0;  // an iterator's leftovers are dropped with it
+  fill_.on_iter_start(config_.num_workers);
   epoch_ordinal_ = int32_t(ep.ordinal);
 }
 
@@ -111,7 +112,7 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
   const int64_t n = trace::batches_of(e);  // a sampled fast loop: the hand-outs it stands for
   MainSums s;
   s.batches = n;
-  if (e.v[1] >= 0) {
+  if (!fill_.filling(e)) {
     wait_sample_.push(wait);  // a sampled loop's events are a random sample of its batches
     s.stepped = n;
     s.wait_ns = n * wait;
@@ -142,7 +143,7 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
       }
     }
   } else {
-    s.first_wait_ns = wait;
+    s.first_wait_ns = n * wait;
   }
   if (e.v[2] >= 0) {
     s.pin_ns = n * e.v[2];

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "dldoctor_core/analyze/pipeline_fill.hpp"
 #include "dldoctor_core/analyze/window_stats.hpp"
 #include "dldoctor_core/trace/event.hpp"
 
@@ -50,12 +51,13 @@ inline constexpr int64_t kHolMinWaitNs = 1'000'000;
 /// Sums over the main process's batches.
 struct MainSums {
   int64_t batches = 0;   ///< handed out
-  int64_t stepped = 0;   ///< batches with a known consumer step (not an epoch's first)
+  int64_t stepped = 0;   ///< batches with a known consumer step (not start-up's)
   int64_t wait_ns = 0;   ///< blocked time of the stepped batches
   int64_t step_ns = 0;   ///< consumer time of the stepped batches
   int64_t waited = 0;         ///< stepped batches the consumer waited for (kWaitedBatchShare)
   int64_t waited_step_ns = 0; ///< consumer time of those: its pace while the loader lagged
-  int64_t first_wait_ns = 0;  ///< blocked time of epochs' first batches (worker startup)
+  /// Blocked time of the hand-outs that fill the pipeline (PipelineFill): worker start-up.
+  int64_t first_wait_ns = 0;
   int64_t pin_ns = 0;
   int64_t pinned = 0;
   /// Blocked time of the stepped batches during which a later batch was already fetched:
@@ -212,6 +214,7 @@ class LoaderTrack {
   int64_t done_in_iter_ = 0;    ///< worker batches finished since the iterator started
   int64_t handed_in_iter_ = 0;  ///< batches handed to the consumer since then
   int32_t epoch_ordinal_ = 0;
+  PipelineFill fill_;
   std::vector<WorkerBatchRecord> slowest_;
   std::optional<int64_t> first_main_ns_, last_main_ns_;
   int main_event_pid_ = 0;

@@ -81,6 +81,7 @@ void SeriesRecorder::ingest(const std::vector<trace::Event>& events) {
       case EventKind::kIterStart: {
         LoaderRec& l = loaders_[e.loader];
         l.num_workers = e.worker;
+        l.fill.on_iter_start(e.worker);
         l.main_pid = static_cast<int>(e.v[1]);
         if (l.main_pid > 0 && pid_key_.size() < kMaxKnownPids) {
           const ProcKey key{-1, -1, l.main_pid};
@@ -128,7 +129,7 @@ void SeriesRecorder::ingest(const std::vector<trace::Event>& events) {
         const int64_t handed = e.t_ns + std::max<int64_t>(e.v[0], 0);
         LoaderPoint b;
         b.batches = n;
-        if (e.v[1] >= 0 && e.v[0] >= 0) {  // an epoch's first batch has no step before it
+        if (!l.fill.filling(e) && e.v[0] >= 0) {  // start-up is not the loader's pace
           b.stepped = n;
           b.wait_ns = n * e.v[0];
           b.step_ns = n * e.v[1];

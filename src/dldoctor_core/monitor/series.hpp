@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dldoctor_core/analyze/pipeline_fill.hpp"
 #include "dldoctor_core/analyze/window_stats.hpp"
 #include "dldoctor_core/sample/snapshot.hpp"
 #include "dldoctor_core/trace/event.hpp"
@@ -229,6 +230,7 @@ class SeriesRecorder {
     int num_workers = 0;
     int main_pid = 0;
     int64_t batches = 0;
+    analyze::PipelineFill fill;
     std::vector<LoaderPoint> points;
     Slots<LoaderPoint> live;
   };
