@@ -59,7 +59,7 @@ def main() -> None:
         gap_ns = int(gap_us * 1000)
         start = 0
 
-        def block(fn) -> float:
+        def block(fn, gap_ns: int = gap_ns) -> float:
             nonlocal start
             total = 0
             fetcher = fetchers[id(fn)]
