@@ -112,7 +112,8 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
   const int64_t n = trace::batches_of(e);  // a sampled fast loop: the hand-outs it stands for
   MainSums s;
   s.batches = n;
-  if (!fill_.filling(e)) {
+  const bool filling = fill_.filling(e);
+  if (!filling) {
     wait_sample_.push(wait);  // a sampled loop's events are a random sample of its batches
     s.stepped = n;
     s.wait_ns = n * wait;
@@ -168,6 +169,7 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
       ep.first_batch_latency_ns = std::max<int64_t>(0, t_out - ep.start_ns);
       awaiting_first_batch_ = false;
     }
+    if (filling && e.v[1] >= 0) ep.later_workers_wait_ns += n * wait;
     ep.batches += n;
     ep.last_batch_ns = std::max(ep.last_batch_ns, t_out);
   }

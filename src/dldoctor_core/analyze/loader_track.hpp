@@ -113,6 +113,9 @@ struct WorkerBatchRecord {
 struct EpochRecord {
   int64_t start_ns = 0;
   std::optional<int64_t> first_batch_latency_ns;  ///< iterator created → first batch handed out
+  /// The consumer's waits for the other workers' first batches (PipelineFill): the rest of
+  /// the start-up when the workers come up one after the other (spawn).
+  int64_t later_workers_wait_ns = 0;
   int64_t batches = 0;
   std::optional<int64_t> end_ns;
   int64_t last_batch_ns = 0;  ///< last batch handed out (0: none yet)

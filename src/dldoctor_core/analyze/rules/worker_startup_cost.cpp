@@ -1,5 +1,7 @@
-// An epoch's start-up is its first-batch latency less one batch's fetch; it ends at the next
-// iterator's start (or its own end), and counts as a restart when the workers were not kept.
+// An epoch's start-up is its first-batch latency less one batch's fetch, plus the waits for
+// the other workers' first batches (workers that come up one after the other keep the loop
+// waiting once each); the epoch ends at the next iterator's start (or its own end), and
+// counts as a restart when the workers were not kept.
 #include "dldoctor_core/analyze/rules/worker_startup_cost.hpp"
 
 #include <algorithm>
@@ -26,7 +28,7 @@ std::vector<Evidence> detect(const JobView& job) {
       EpochCost c;
       c.ordinal = ep.ordinal;
       c.latency_s = double(*ep.first_batch_latency_ns) / 1e9;
-      c.overhead_s = std::max(0.0, c.latency_s - fetch_s);
+      c.overhead_s = std::max(0.0, c.latency_s - fetch_s) + double(ep.later_workers_wait_ns) / 1e9;
       c.wall_s = std::max(double(end - ep.start_ns) / 1e9, c.latency_s);
       c.restart = ep.ordinal > 1 && !(ep.flags & trace::kPersistentWorkers);
       e.epochs.push_back(c);
@@ -83,7 +85,7 @@ report::Finding finding(const Evidence& e) {
   report::Finding f = report::make_finding("worker_startup_cost", e.loader, e.rank);
   if (e.repeated)
     f.title = "Loader " + std::to_string(e.loader) + ": workers restart every epoch, " +
-              num(per_restart) + " s each time before the first batch (" +
+              num(per_restart) + " s each time before their first batches (" +
               num(e.restart_share * 100) + "% of the epochs)";
   else
     f.title = "Loader " + std::to_string(e.loader) + ": starting the workers took " +

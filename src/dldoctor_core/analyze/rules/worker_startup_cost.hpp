@@ -39,7 +39,7 @@ inline constexpr double kOnceScoreFactor = 0.1;
 struct EpochCost {
   int64_t ordinal = 0;
   double latency_s = 0;
-  double overhead_s = 0;  ///< latency beyond one batch's fetch
+  double overhead_s = 0;  ///< latency beyond one batch's fetch, and the later workers' waits
   double wall_s = 0;
   bool restart = false;  ///< workers started afresh for it (not its loader's first)
 };
