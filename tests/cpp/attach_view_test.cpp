@@ -260,6 +260,25 @@ TEST(AttachSession, KeepLoadersForgetsTheUnconfirmed) {
   EXPECT_EQ(s.view().loaders.size(), 1u);
 }
 
+TEST(AttachSession, MemoryIsReadOfTwoWorkersTakenInTurnFromEachLoader) {
+  // One loader: its first two workers. A dead worker is skipped.
+  AttachedLoader a = loader(4);
+  a.worker_pids[0] = -1;
+  EXPECT_EQ(AttachSession({a}, cpus(2)).memory_workers(),
+            (std::vector<int>{kWorker0 + 1, kWorker0 + 2}));
+  // Two loaders (ranks, or training and validation): the first worker of each.
+  AttachedLoader b;
+  b.loader = 1;
+  b.main_pid = kMain + 20;
+  b.num_workers = 2;
+  b.worker_pids = {kMain + 21, kMain + 22};
+  EXPECT_EQ(AttachSession({loader(4), b}, cpus(2)).memory_workers(),
+            (std::vector<int>{kWorker0, kMain + 21}));
+  // Fewer workers than asked for, and none.
+  EXPECT_EQ(AttachSession({loader(1)}, cpus(2)).memory_workers(), (std::vector<int>{kWorker0}));
+  EXPECT_TRUE(AttachSession({loader(0)}, cpus(2)).memory_workers().empty());
+}
+
 TEST(AttachSession, AMainProcessThatFetchesItselfIsSerial) {
   AttachedLoader a;
   a.loader = 0;

@@ -34,7 +34,7 @@ namespace dldoctor::ext {
 namespace {
 
 /// The % of one core an attached job's smaps_rollup reads may use (PyAttach::start).
-constexpr double kAttachSmapsBudgetPct = 0.5;
+constexpr double kAttachSmapsBudgetPct = 1.0;
 
 using analyze::AttachedLoader;
 using analyze::AttachSession;
@@ -195,20 +195,18 @@ class PyAttach {
     if (sampler_) throw Error("attach: already started");
     sample::SamplerOptions so;
     so.interval_ns = int64_t(interval_s_ * 1e9);
-    // smaps_rollup of the workers only, within its own budget (not `run`'s whole-sampler
-    // one): copy-on-write growth over time needs a worker's Private_Dirty every few seconds,
-    // and one read of a forked torch worker walks its page tables for 5-25 ms. Half a percent
-    // of one core gives each of two workers a read every 2-4 s; every cycle here is the
+    // smaps_rollup of two workers only (analyze::kAttachMemoryWorkers), within its own
+    // budget (not `run`'s whole-sampler one): copy-on-write growth over time needs a
+    // worker's Private_Dirty every few seconds, and one read of a forked torch worker walks
+    // its page tables for 5-25 ms. One percent of one core reads each of the two every 1-3 s
+    // (4-8 reads in the default 10 s, the start-up reads repaid); every cycle here is the
     // job's, so no more, and the main process (the costliest read) none.
     so.smaps_budget_pct = kAttachSmapsBudgetPct;
     so.smaps_preferred_only = true;
     so.total_budget_pct = 0;
     sampler_ = std::make_unique<sample::Sampler>(roots.front(), so);
-    // The workers' memory alone: theirs is the series a rule reads.
-    std::set<int> workers;
-    for (const AttachedLoader& l : session_->loaders())
-      for (int pid : l.worker_pids)
-        if (pid > 0) workers.insert(pid);
+    const std::vector<int> mw = session_->memory_workers();
+    const std::set<int> workers(mw.begin(), mw.end());
     sampler_->set_smaps_priority([workers](int pid) { return workers.count(pid) > 0; });
     for (size_t i = 1; i < roots.size(); ++i) sampler_->add_root(roots[i]);
     const int64_t t0 = now_ns();

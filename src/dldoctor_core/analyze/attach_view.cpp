@@ -324,6 +324,21 @@ std::vector<AttachedLoader> AttachSession::loaders() const {
   return loaders_;
 }
 
+std::vector<int> AttachSession::memory_workers(size_t max) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> out;
+  for (size_t i = 0; out.size() < max; ++i) {
+    bool more = false;
+    for (const AttachedLoader& l : loaders_) {
+      if (i >= l.worker_pids.size()) continue;
+      more = true;
+      if (l.worker_pids[i] > 0 && out.size() < max) out.push_back(l.worker_pids[i]);
+    }
+    if (!more) break;
+  }
+  return out;
+}
+
 void AttachSession::set_window(int64_t from_ns, int64_t to_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   from_ns_ = from_ns;

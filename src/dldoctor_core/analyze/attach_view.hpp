@@ -37,6 +37,13 @@ inline constexpr double kStuckInLoaderShare = 0.9;
 /// stuck tree reads nothing: a worker blocked on a pipe or a lock, a main process that polls
 /// its queue in vain.
 inline constexpr double kProgressReadBytesPerS = 1024;
+/// Workers whose memory (smaps_rollup) an attach reads, over the whole job: a read of a
+/// forked torch worker costs 5-25 ms, and cow_memory_growth needs three of a worker within
+/// the window (a default 10 s). Spread over every worker of a 2-worker loader, half a
+/// percent of one core gave each 2-3 reads, so the rule missed a plain growth about one
+/// attach in five; the reads of two workers are enough (the rule counts the workers not read
+/// as growing alike), and the next reads of more would only come later.
+inline constexpr size_t kAttachMemoryWorkers = 2;
 
 /// A loader of the attached job, as the process tree and the stacks showed it.
 struct AttachedLoader {
@@ -161,6 +168,10 @@ class AttachSession {
   /// The facts as narrowed to the job.
   system::Facts facts() const;
   std::vector<AttachedLoader> loaders() const;
+  /// The workers whose memory is read, at most `max`: worker i of each loader in turn,
+  /// i = 0, 1, ... (ranks' loaders look alike; of a training and a validation loader, one
+  /// may sit idle).
+  std::vector<int> memory_workers(size_t max = kAttachMemoryWorkers) const;
 
  private:
   /// Per function of the fetch: samples in it (callees included), at its top, and per line.
