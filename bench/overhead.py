@@ -516,25 +516,29 @@ def interleaved(
     )
     w_ns = sum(w["watcher_ns"] for _, w in pairs)
     w_s = sum(w["wall_ns"] for _, w in pairs)
-    main = kept(pairs, "main_ns")
-    workers = kept(pairs, "workers_ns")
-    print(
-        f"  CPU kept (job and watcher, every thread, per batch): {cpu:.4f} (main process "
-        f"{main:.4f}, workers {workers:.4f}); the watcher used {100 * w_ns / w_s:.2f}% of a "
-        "core in the watched epochs"
-    )
-    # Under --pin the main process has a core and the workers the other: the busier one sets
-    # the pace when it is near 1; tiny-2 keeps both near 0.6, bound by the hand-over of each
-    # batch between the processes (a wake-up on each side), not by either's CPU.
     wall_of = {s: sum(x[s]["wall_ns"] for x in by_round.values()) for s in ("unwatched", "watched")}
     busy = {
         s: [sum(x[s][k] for x in by_round.values()) / wall_of[s] for k in ("main_ns", "workers_ns")]
         for s in ("unwatched", "watched")
     }
+    # num_workers=0: the workers' figures are differences of nothing (noise of either sign).
+    has_workers = busy["unwatched"][1] > 0.01
+    main = kept(pairs, "main_ns")
+    workers = f", workers {kept(pairs, 'workers_ns'):.4f}" if has_workers else ""
+    print(
+        f"  CPU kept (job and watcher, every thread, per batch): {cpu:.4f} (main process "
+        f"{main:.4f}{workers}); the watcher used {100 * w_ns / w_s:.2f}% of a "
+        "core in the watched epochs"
+    )
+    # Under --pin the main process has a core and the workers the other: the busier one sets
+    # the pace when it is near 1; tiny-2 keeps both near 0.6, bound by the hand-over of each
+    # batch between the processes (a wake-up on each side), not by either's CPU.
+    busy_workers = (
+        f", workers {busy['unwatched'][1]:.2f} / {busy['watched'][1]:.2f}" if has_workers else ""
+    )
     print(
         "  cores busy (CPU time over wall time), unwatched / watched: main process "
-        f"{busy['unwatched'][0]:.2f} / {busy['watched'][0]:.2f}, workers "
-        f"{busy['unwatched'][1]:.2f} / {busy['watched'][1]:.2f}"
+        f"{busy['unwatched'][0]:.2f} / {busy['watched'][0]:.2f}{busy_workers}"
     )
     return pairs
 
