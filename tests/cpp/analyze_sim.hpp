@@ -53,6 +53,9 @@ struct Loader {
   double step_ms = 20;                  ///< the consumer's own time per batch
   std::optional<double> wait_ms;        ///< overrides the modelled wait per batch
   std::vector<double> wait_pattern_ms;  ///< overrides both: batch i waits [i % size]
+  /// Each batch made 1 ms before the consumer asks for it (a queue that keeps up: its whole
+  /// wait is the hand-over); else made just as it is handed out (the wait is for the worker).
+  bool made_before_asked = false;
   int main_pid = 1000;
   int worker_pid0 = 2000;
   double jitter = 0.2;  ///< ± share of getitem varied deterministically
@@ -92,8 +95,9 @@ inline int64_t feed(Session& s, const Loader& l, int64_t t0, double seconds,
     const int64_t w_ns = first ? int64_t(l.fetch_ms * kMs) : int64_t(w_ms * kMs);
     handed = t + w_ns;
     const int worker = l.num_workers ? i % l.num_workers : -1;
+    const int64_t made = l.made_before_asked ? t - kMs : handed;
     s.ingest(event(trace::EventKind::kWorkerBatch, l.worker_pid(std::max(worker, 0)),
-                   handed - fetch, l.id, worker, i, uint32_t(l.batch_size), fetch,
+                   made - fetch, l.id, worker, i, uint32_t(l.batch_size), fetch,
                    int64_t(l.collate_ms * kMs), l.on_cpu ? int64_t(*l.on_cpu * double(fetch)) : -1,
                    1 << 20));
     s.ingest(event(trace::EventKind::kMainBatch, l.main_pid, t, l.id, -1, i, 0, w_ns,

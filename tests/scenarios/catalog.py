@@ -667,10 +667,12 @@ SCENARIOS: list[dict] = [
     {
         "name": "fd_limit/healthy",
         "script": "fd_limit",
-        "args": ["--healthy", "--seconds", "3"],
+        "args": ["--healthy", "--seconds", "4"],
         "doctor_args": QUIET,
         "expect": "no fd_limit",
-        "checks": {"report": {"loaders.0.batches": {">": 20}}},
+        # Healthy, not only quiet: its 16 descriptors a batch take ~4 ms to hand over, and
+        # unevenly; the waits after each batch was made are hand-over, not stall.
+        "checks": {"verdict": "healthy", "report": {"loaders.0.batches": {">": 20}}},
     },
     # -- memory: field guide cause 5 ---------------------------------------------------------
     {

@@ -39,11 +39,19 @@ std::string too_short_to_judge(const JobView& job) {
   return buf;
 }
 
+std::optional<double> handover_mean_s(const LoaderView& l) noexcept {
+  if (!l.handover_s || l.stepped_batches <= 0) return std::nullopt;
+  const double n = double(l.stepped_batches);
+  const double measured = std::min(double(l.handover_measured), n);
+  return (l.handover_measured_s + *l.handover_s * (n - measured)) / n;
+}
+
 std::optional<double> stall_beyond_handover(const LoaderView& l) noexcept {
-  if (!l.wait_mean_s || !l.step_mean_s || !l.handover_s) return std::nullopt;
+  const std::optional<double> handover = handover_mean_s(l);
+  if (!l.wait_mean_s || !l.step_mean_s || !handover) return std::nullopt;
   const double loop = *l.wait_mean_s + *l.step_mean_s;
   if (loop <= 0) return std::nullopt;
-  return std::max(0.0, *l.wait_mean_s - *l.handover_s) / loop;
+  return std::max(0.0, *l.wait_mean_s - *handover) / loop;
 }
 
 std::string unexplained_stall(const JobView& job) {
@@ -66,7 +74,7 @@ std::string unexplained_stall(const JobView& job) {
                 "hand over; a loader that keeps up: under %.0f%%), and no rule found one cause "
                 "for it",
                 who.c_str(), 100 * worst_share, 100 * *worst->data_stall_fraction,
-                1e3 * *worst->handover_s, 100 * kDataStallFraction);
+                1e3 * handover_mean_s(*worst).value_or(0), 100 * kDataStallFraction);
   return buf;
 }
 

@@ -50,7 +50,12 @@ bool keeps_up(const LoaderView& l) noexcept;
 /// came closest and what a verdict needs.
 std::string too_short_to_judge(const JobView& job);
 
-/// The share of `l`'s loop spent waiting beyond its hand-over cost (handover_s per batch):
+/// What handing over a batch cost `l`'s loop, per stepped batch: the part of a real wait
+/// after its batch was made where that was measured (handover_measured), its quickest waits
+/// (handover_s) for the rest. Empty when unknown.
+std::optional<double> handover_mean_s(const LoaderView& l) noexcept;
+
+/// The share of `l`'s loop spent waiting beyond its hand-over cost (handover_mean_s):
 /// waiting for batches the workers had not made yet. Empty when unknown.
 std::optional<double> stall_beyond_handover(const LoaderView& l) noexcept;
 

@@ -122,12 +122,14 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
       s.waited = n;
       s.waited_step_ns = n * e.v[1];
     }
-    // Head-of-line: in order, the loop waits for batch `index` alone; the part of that wait
-    // while it was still being fetched and a later batch of the same iterator was already
-    // done is time lost to the straggler (after its own fetch ends, the rest is the queue
-    // hand-off, which every batch pays). The scan is bounded (kDoneBatches) and done only
-    // for real waits.
-    if (wait >= kHolMinWaitNs && e.index >= 0 && (config_.flags & trace::kInOrder)) {
+    // The batch's own fetch end splits a real wait: before it, the loop waited for a batch
+    // not yet made; after it, for the hand-over (a batch of many tensors, each a descriptor
+    // to receive and map, takes milliseconds, and unevenly). Head-of-line: in order, the
+    // loop waits for batch `index` alone; the part of that wait while it was still being
+    // fetched and a later batch of the same iterator was already done is time lost to the
+    // straggler (after its own fetch ends, the rest is the queue hand-off, which every batch
+    // pays). The scan is bounded (kDoneBatches) and done only for real waits.
+    if (wait >= kHolMinWaitNs && e.index >= 0) {
       int64_t earliest = t_out;
       std::optional<int64_t> own_end;
       done_.for_each([&](const DoneBatch& d) {
@@ -136,8 +138,10 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
         if (d.index > e.index && d.t_end_ns < earliest) earliest = d.t_end_ns;
       });
       if (own_end) {
+        s.made_known = n;
+        s.made_wait_ns = n * (t_out - std::clamp(*own_end, e.t_ns, t_out));
         const int64_t hol = std::min(t_out, *own_end) - std::max(e.t_ns, earliest);
-        if (hol > 0) {
+        if ((config_.flags & trace::kInOrder) && hol > 0) {
           s.hol_ns = n * hol;
           s.hol_batches = n;
         }

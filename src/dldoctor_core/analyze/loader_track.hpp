@@ -69,12 +69,18 @@ struct MainSums {
   /// pinned copies once the pin-memory thread has them. Summed, and the most at once.
   int64_t ready_sum = 0;
   int64_t ready_max = 0;
+  /// Stepped batches that waited kHolMinWaitNs or more and whose worker's fetch end is known,
+  /// and the part of those waits after the batch was made: the hand-over itself (the queue,
+  /// the unpickle, the pin), measured rather than taken from the quickest waits.
+  int64_t made_known = 0;
+  int64_t made_wait_ns = 0;
   MainSums& operator+=(const MainSums& o) noexcept {
     batches += o.batches; stepped += o.stepped; wait_ns += o.wait_ns; step_ns += o.step_ns;
     waited += o.waited; waited_step_ns += o.waited_step_ns;
     first_wait_ns += o.first_wait_ns; pin_ns += o.pin_ns; pinned += o.pinned;
     hol_ns += o.hol_ns; hol_batches += o.hol_batches;
     ready_sum += o.ready_sum; ready_max = ready_max > o.ready_max ? ready_max : o.ready_max;
+    made_known += o.made_known; made_wait_ns += o.made_wait_ns;
     return *this;
   }
 };

@@ -312,6 +312,8 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
       std::vector<double> waits(track.wait_sample().items().begin(),
                                 track.wait_sample().items().end());
       if (const auto q = quantile(waits, kHandoverQuantile)) l.handover_s = *q / 1e9;
+      l.handover_measured = m.made_known;
+      l.handover_measured_s = double(m.made_wait_ns) / 1e9;
       l.demand_step_s = m.waited >= kMinSteadyBatches
                             ? double(m.waited_step_ns) / 1e9 / double(m.waited)
                             : *l.step_mean_s;

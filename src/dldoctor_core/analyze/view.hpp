@@ -141,6 +141,11 @@ struct LoaderView {
   /// waits (kHandoverQuantile of the whole run's), the receive and unpickle a worker's batch
   /// takes. The stall beyond it is time the loop spent waiting for batches not yet made.
   std::optional<double> handover_s;
+  /// Stepped batches whose hand-over was measured (a wait of 1 ms or more, the worker's fetch
+  /// end known: MainSums::made_known), and the part of their waits after their batch was
+  /// made, in all. The others' hand-over is taken as handover_s.
+  int64_t handover_measured = 0;
+  double handover_measured_s = 0;
   std::optional<double> step_mean_s;  ///< the consumer's own time per batch
   /// The consumer's time per batch over the batches it waited for (kMinSteadyBatches of
   /// them at least), else step_mean_s: its pace while the loader lagged. A run with a fast
