@@ -348,6 +348,20 @@ TEST(HandOver, TheWaitAfterItsBatchWasMadeIsTheHandOver) {
   const JobView v = s.view(late.back().t_ns + 1000 * kMs, Window::kWholeRun);
   ASSERT_EQ(v.loaders.size(), 1u);
   EXPECT_GT(*stall_beyond_handover(v.loaders[0]), 0.14);
+
+  // The same batch numbers again 10 s later with no new iterator between (a stream whose
+  // start was not seen): each wait is split at its batch's latest fetch end, not at the
+  // one 10 s before, which would make the whole wait a hand-over.
+  Session again;
+  for (const Event& e : late) again.ingest(e);
+  for (Event e : late) {
+    if (e.kind == EventKind::kIterStart || e.kind == EventKind::kWorkerStart) continue;
+    e.t_ns += 10'000 * kMs;
+    again.ingest(e);
+  }
+  const JobView w = again.view(late.back().t_ns + 11'000 * kMs, Window::kWholeRun);
+  ASSERT_EQ(w.loaders.size(), 1u);
+  EXPECT_GT(*stall_beyond_handover(w.loaders[0]), 0.14);
 }
 
 }  // namespace

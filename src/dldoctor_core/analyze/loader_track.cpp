@@ -134,7 +134,7 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
       std::optional<int64_t> own_end;
       done_.for_each([&](const DoneBatch& d) {
         if (d.generation != generation_) return;
-        if (d.index == e.index) own_end = d.t_end_ns;
+        if (d.index == e.index && !own_end) own_end = d.t_end_ns;  // newest first: its latest
         if (d.index > e.index && d.t_end_ns < earliest) earliest = d.t_end_ns;
       });
       if (own_end) {
