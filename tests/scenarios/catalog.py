@@ -263,6 +263,39 @@ SCENARIOS: list[dict] = [
         "args": ["--source", "disk", "--healthy", "--seconds", "7"],
         "expect": "no io_bound",
     },
+    # -- beyond the field guide: the batch's way from its worker to the main process ---------
+    {
+        "name": "slow_handover",
+        "script": "slow_handover",
+        "args": ["--seconds", "8"],
+        "expect": "slow_handover",
+        "checks": {
+            "verdict": "slow_handover",
+            "notice": True,
+            "findings": {
+                "slow_handover": {
+                    "severity": "critical",
+                    "evidence": {
+                        "handover_fraction": {">": 0.08},
+                        # The batches were ready: the wait is the hand-over, not the workers.
+                        "stall_beyond_handover_fraction": {"<": 0.05},
+                        "handover_measured_batches": {">": 50},
+                        "sharing_strategy": "file_descriptor",
+                    },
+                    "fix": {
+                        "contains": ["set_sharing_strategy('file_system')", "fewer, larger tensors"]
+                    },
+                }
+            },
+        },
+    },
+    {
+        "name": "slow_handover/healthy",
+        "script": "slow_handover",
+        "args": ["--healthy", "--seconds", "8"],
+        "expect": "healthy",
+        "checks": {"verdict": "healthy"},
+    },
     {
         "name": "main_process_bound",
         "script": "main_process_bound",
@@ -1079,6 +1112,7 @@ ALONE = {
     "worker_startup_cost",
     "straggler_worker",
     "straggler_rank",
+    "slow_handover",
     # Its twin's spawned workers must start and serve batches within 6 s: beside three other
     # tests they took the whole run to import torch.
     "collate_deadlock",

@@ -25,7 +25,7 @@ _GROUP_PATTERNS = [
         r"^(data_stall|consumer|worker_capacity|step_ms|wait|head_of_line|samples_per_batch|"
         r"batch_size$|batch_index|batches_before|slow_batches|slowest_batches|epoch|"
         r"first_epoch|startup|restarts|held_batches|stalled_s|gating|others_|ranks$|"
-        r"gpu_idle|gpu_utilization)",
+        r"gpu_idle|gpu_utilization|handover|stall_beyond|ready_batches)",
     ),
     (
         "CPU",
@@ -88,7 +88,15 @@ def human_bytes(n: float) -> str:
 
 
 # Labels a suffix rule would leave unclear.
-_LABELS = {"consumer_batches_per_s": "consumer takes", "involuntary_cs_per_s": "involuntary"}
+_LABELS = {
+    "consumer_batches_per_s": "consumer takes",
+    "involuntary_cs_per_s": "involuntary",
+    "handover_fraction": "waiting for ready batches",
+    "handover_ms": "hand-over per batch",
+    "handover_measured_batches": "hand-overs measured",
+    "stall_beyond_handover_fraction": "waiting for batches not yet made",
+    "ready_batches_mean": "batches ready, mean",
+}
 # Keys whose unit their name does not end with.
 _UNITS = {"cpu_left_for_workers": "CPUs"}
 

@@ -238,6 +238,7 @@ def profile(report, baseline: Trial) -> dict:
         p["step_s"] = lo["consumer_step_ms"] / 1e3
     if lo.get("worker_on_cpu_fraction") is not None:
         p["per_worker_cpu"] = lo["worker_on_cpu_fraction"]
+    handover_bound = False
     for f in report.findings:
         ev = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
         fid = f["id"]
@@ -259,8 +260,12 @@ def profile(report, baseline: Trial) -> dict:
             p["startup_bound"] = True
         elif fid == "thread_oversubscription":
             p["thread_oversubscribed"] = True
+        elif fid == "slow_handover":
+            handover_bound = True
     if p.get("per_worker_cpu") is not None and p["per_worker_cpu"] < 0.5 and "cpu_workers" not in p:
-        p["off_cpu"] = not p["keeps_up"]
+        # Workers idle half their fetch wait on I/O, unless the loop waits for batches they
+        # already made (slow_handover): then more of them only add hand-overs.
+        p["off_cpu"] = not p["keeps_up"] and not handover_bound
     return {k: (int(v) if k == "cpu_workers" else v) for k, v in p.items() if v is not None}
 
 

@@ -19,6 +19,7 @@
 #include "dldoctor_core/analyze/rules/shm_exhausted.hpp"
 #include "dldoctor_core/analyze/rules/slow_collate.hpp"
 #include "dldoctor_core/analyze/rules/slow_getitem.hpp"
+#include "dldoctor_core/analyze/rules/slow_handover.hpp"
 #include "dldoctor_core/analyze/rules/straggler_rank.hpp"
 #include "dldoctor_core/analyze/rules/straggler_worker.hpp"
 #include "dldoctor_core/analyze/rules/thread_oversubscription.hpp"
@@ -51,6 +52,7 @@ std::vector<report::Finding> run_rules(const JobView& job) {
   emit(out, slow_getitem::detect(job));
   emit(out, slow_collate::detect(job));
   emit(out, io_bound::detect(job));
+  emit(out, slow_handover::detect(job));
   emit(out, main_process_bound::detect(job));
   emit(out, thread_oversubscription::detect(job));
   emit(out, cow_memory_growth::detect(job));

@@ -1,0 +1,56 @@
+// slow_handover: the workers have each batch ready before the main process asks for it, and
+// the loop still waits, because moving a batch from its worker into the main process is
+// slow. The proof is the part of each wait after the batch's fetch ended (measured per batch,
+// LoaderView::handover_measured). Under torch's default file_descriptor sharing strategy
+// every tensor of a batch is passed by a round trip to the worker that made it, served by a
+// thread of that worker that needs its GIL: a batch of many tensors, or a worker busy in
+// Python, makes each hand-over long. More workers do not help; fewer tensors a batch, or the
+// file_system strategy, do.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dldoctor_core/analyze/data_bound.hpp"
+#include "dldoctor_core/analyze/view.hpp"
+#include "dldoctor_core/report/finding.hpp"
+
+namespace dldoctor::analyze::slow_handover {
+
+/// Share of the loop spent handing over batches that were already made at which the
+/// hand-over is a cause of its own: the data-stall threshold, since a loop that waits that
+/// long on its loader is not one whose loader keeps up, whatever the wait is for.
+inline constexpr double kHandoverFraction = kDataStallFraction;
+
+/// Stepped batches whose hand-over must have been measured (the worker's fetch end known, a
+/// wait of 1 ms or more) before the hand-over is named: the quickest-tenth estimate of the
+/// others is a floor for a fast loop's transfer, not a measurement of a slow one.
+inline constexpr int64_t kMinMeasuredBatches = 20;
+
+/// Share of the stepped batches that must have a measured hand-over: a loop where only a few
+/// of its waits reach 1 ms hands most batches over quickly, and those few are noise.
+inline constexpr double kMinMeasuredShare = 0.25;
+
+struct Evidence {
+  report::Rank rank;
+  int loader = 0;
+  std::string label;                 ///< "Loader 1", "Rank 0 · loader 1"
+  double data_stall_fraction = 0;
+  double handover_fraction = 0;      ///< of the loop: waits for batches already made
+  double handover_ms = 0;            ///< per batch
+  int64_t measured_batches = 0;
+  std::optional<double> stall_beyond_fraction;  ///< waits for batches not yet made
+  std::optional<double> consumer_step_ms;
+  std::optional<double> fetch_ms;    ///< a worker's time to make a batch (getitem + collate)
+  std::optional<double> batch_bytes;
+  std::optional<double> ready_batches_mean;
+  std::string sharing_strategy;      ///< "" unknown (torch's default: file_descriptor)
+  int num_workers = 0;
+  bool pin_memory = false;
+};
+/// One per loader whose loop waits kDataStallFraction or more for batches already made.
+std::vector<Evidence> detect(const JobView& job);
+report::Finding finding(const Evidence& e);
+
+}  // namespace dldoctor::analyze::slow_handover

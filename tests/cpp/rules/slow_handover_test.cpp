@@ -1,0 +1,104 @@
+// slow_handover at the edges of its thresholds: a loop that waits for batches its workers
+// had already made (the wait after each batch's fetch ended), against one that waits for
+// batches not yet made, hand-overs too quick to be measured, and the sharing strategy the fix
+// depends on.
+#include "dldoctor_core/analyze/rules/slow_handover.hpp"
+
+#include <gtest/gtest.h>
+
+#include "../analyze_sim.hpp"
+#include "dldoctor_core/analyze/verdict.hpp"
+
+namespace dldoctor::analyze {
+namespace {
+
+using namespace sim;
+
+/// A loader whose workers fetch in 2 ms for a 20 ms step (they keep up), each wait `wait_ms`.
+Loader ready(double wait_ms, bool made_before = true) {
+  Loader l;
+  l.fetch_ms = 2;
+  l.wait_ms = wait_ms;
+  l.made_before_asked = made_before;
+  return l;
+}
+
+std::vector<report::Finding> findings(const Loader& l, std::string strategy = "") {
+  Session s;
+  s.set_facts(facts(8));
+  if (!strategy.empty()) s.note(runtime(1 << 20, strategy));
+  feed(s, l, kT0, 20);
+  return s.findings(0, Window::kWholeRun);
+}
+
+TEST(AnalyzeSlowHandover, WaitsForBatchesAlreadyMadeAreNamed) {
+  auto fs = findings(ready(4.0));  // 4 / 24 ms: 17% of the loop
+  ASSERT_EQ(ids(fs), std::vector<std::string>{"slow_handover"});
+  const report::Finding& f = fs[0];
+  EXPECT_EQ(f.severity, report::Severity::kCritical);
+  EXPECT_EQ(f.loader, 0);
+  EXPECT_NEAR(*num(f, "handover_ms"), 4.0, 0.01);
+  EXPECT_NEAR(*num(f, "handover_fraction"), 4.0 / 24, 0.002);
+  EXPECT_NEAR(*num(f, "stall_beyond_handover_fraction"), 0, 0.002);
+  EXPECT_GT(*num(f, "handover_measured_batches"), 700);
+  EXPECT_EQ(*text(f, "sharing_strategy"), "unknown");
+  EXPECT_NE(f.title.find("Loader 0: the loop waits 16.7% of its time for batches its workers "
+                         "have ready: handing one over to the main process takes 4 ms"),
+            std::string::npos)
+      << f.title;
+  EXPECT_NE(f.fix.find("set_sharing_strategy('file_system')"), std::string::npos) << f.fix;
+  EXPECT_NE(f.fix.find("fewer, larger tensors"), std::string::npos) << f.fix;
+  EXPECT_NEAR(*num(f, "fetch_mean_ms"), 2.0, 0.01);
+  // Not num_workers=0, though a worker makes a batch in half its hand-over: at num_workers=0
+  // the loop waits for each fetch, and slow_getitem would send it back to workers.
+  EXPECT_EQ(f.fix.find("num_workers"), std::string::npos) << f.fix;
+  EXPECT_NE(f.why.find("already made"), std::string::npos) << f.why;
+  EXPECT_NE(f.why.find("GIL"), std::string::npos) << f.why;
+  EXPECT_EQ(Session::verdict(fs), "slow_handover");
+}
+
+TEST(AnalyzeSlowHandover, FlipsAtTheDataStallThreshold) {
+  EXPECT_TRUE(findings(ready(1.02)).empty());  // 1.02 / 21.02 ms: 4.85%
+  EXPECT_EQ(ids(findings(ready(1.1))), std::vector<std::string>{"slow_handover"});  // 5.2%
+}
+
+TEST(AnalyzeSlowHandover, WaitsForBatchesNotYetMadeAreTheWorkersNotTheHandOver) {
+  for (const auto& f : findings(ready(4.0, false))) EXPECT_NE(f.id, "slow_handover");
+}
+
+TEST(AnalyzeSlowHandover, HandOversTooQuickToMeasureAreNotNamed) {
+  // 0.9 ms for a 5 ms step is 15% of the loop, but no wait reaches the 1 ms at which it is
+  // split at its batch's fetch end: the quickest-tenth estimate is not a measurement.
+  Loader l = ready(0.9);
+  l.step_ms = 5;
+  for (const auto& f : findings(l)) EXPECT_NE(f.id, "slow_handover");
+}
+
+TEST(AnalyzeSlowHandover, TheFixFollowsTheSharingStrategy) {
+  const auto fd = findings(ready(4.0), "file_descriptor");
+  ASSERT_EQ(ids(fd), std::vector<std::string>{"slow_handover"});
+  EXPECT_EQ(*text(fd[0], "sharing_strategy"), "file_descriptor");
+  EXPECT_NE(fd[0].fix.find("file_system"), std::string::npos);
+  const auto fs = findings(ready(4.0), "file_system");
+  ASSERT_EQ(ids(fs), std::vector<std::string>{"slow_handover"});
+  EXPECT_EQ(fs[0].fix.find("set_sharing_strategy"), std::string::npos) << fs[0].fix;
+  EXPECT_NE(fs[0].fix.find("fewer, larger tensors"), std::string::npos) << fs[0].fix;
+  EXPECT_EQ(fs[0].why.find("GIL"), std::string::npos) << fs[0].why;
+}
+
+TEST(AnalyzeSlowHandover, PinMemoryIsPartOfTheHandOver) {
+  Loader l = ready(4.0);
+  l.flags |= trace::kPinMemory;
+  const auto fs = findings(l);
+  ASSERT_EQ(ids(fs), std::vector<std::string>{"slow_handover"});
+  EXPECT_NE(fs[0].fix.find("pin_memory=False"), std::string::npos) << fs[0].fix;
+}
+
+TEST(AnalyzeSlowHandover, ASingleProcessLoaderHasNoHandOver) {
+  Loader l = ready(4.0);
+  l.num_workers = 0;
+  for (const auto& f : findings(l)) EXPECT_NE(f.id, "slow_handover");
+}
+
+}  // namespace
+}  // namespace dldoctor::analyze
