@@ -163,7 +163,7 @@ TEST(AnalyzeVerdict, ALoopThatWaitsIsNotHealthyWhenNoRuleNamesWhy) {
   // Workers that fetch in 2 ms for a 20 ms step: the pipeline keeps up, no rule takes the
   // wait up. Nine batches in ten are ready (0.5 ms to hand over), the tenth waits 60 ms (a
   // new shard, a pause): 23% of the loop waits for batches not yet made, not healthy, the
-  // note says so. Every batch taking 2 ms to hand over (9% of the loop, all of it the
+  // note says so. Every batch taking 3 ms to hand over (13% of the loop, all of it the
   // hand-over) has no stall beyond it, nor has a loop 4.9% beyond its hand-over. The tenth batch is made
   // only as it is handed out: its whole wait is for the worker (a wait of 1 ms or more is
   // split at its batch's fetch end).
@@ -188,9 +188,9 @@ TEST(AnalyzeVerdict, ALoopThatWaitsIsNotHealthyWhenNoRuleNamesWhy) {
                      "less the 0.5 ms a ready batch takes to hand over"),
             std::string::npos)
       << why;
-  // Every batch ready and taking 2 ms to hand over: no stall beyond the hand-over, so no
-  // note; the hand-over itself, 9% of the loop, is slow_handover's.
-  auto [handover, none] = run({2.0}, 20, true);
+  // Every batch ready and taking 3 ms to hand over: no stall beyond the hand-over, so no
+  // note; the hand-over itself, 13% of the loop, is slow_handover's.
+  auto [handover, none] = run({3.0}, 20, true);
   EXPECT_EQ(handover.verdict, "slow_handover");
   EXPECT_EQ(none, "");
   std::vector<double> edge(9, 0.5);

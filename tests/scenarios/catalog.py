@@ -703,8 +703,8 @@ SCENARIOS: list[dict] = [
         "args": ["--healthy", "--seconds", "4"],
         "doctor_args": QUIET,
         "expect": "no fd_limit",
-        # Healthy, not only quiet: its 16 descriptors a batch take ~4 ms to hand over, and
-        # unevenly; the waits after each batch was made are hand-over, not stall.
+        # Healthy, not only quiet: one tensor a batch (its 16 parts kept apart took ~4 ms
+        # to hand over, a fifth of the loop: slow_handover's, the scenario of that name).
         "checks": {"verdict": "healthy", "report": {"loaders.0.batches": {">": 20}}},
     },
     # -- memory: field guide cause 5 ---------------------------------------------------------

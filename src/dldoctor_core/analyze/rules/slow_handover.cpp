@@ -24,7 +24,9 @@ std::vector<Evidence> detect(const JobView& job) {
     if (loop <= 0) continue;
     const double h = std::min(*handover, *l.wait_mean_s);
     const double fraction = h / loop;
-    if (fraction < kHandoverFraction) continue;
+    if (fraction < kHandoverFraction || h < kMinHandoverS) continue;
+    const std::optional<FetchCapacity> capacity = fetch_capacity(l);
+    if (!capacity || capacity->short_of_demand()) continue;
 
     Evidence e;
     e.loader = l.loader;

@@ -1,6 +1,6 @@
-// slow_handover: the workers have each batch ready before the main process asks for it, and
-// the loop still waits, because moving a batch from its worker into the main process is
-// slow. The proof is the part of each wait after the batch's fetch ended (measured per batch,
+// slow_handover: the workers have each batch ready before the main process asks for it (and
+// could make more than it asks for), and the loop still waits, because moving a batch from
+// its worker into the main process is slow. The proof is the part of each wait after the batch's fetch ended (measured per batch,
 // LoaderView::handover_measured). Under torch's default file_descriptor sharing strategy
 // every tensor of a batch is passed by a round trip to the worker that made it, served by a
 // thread of that worker that needs its GIL: a batch of many tensors, or a worker busy in
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dldoctor_core/analyze/capacity.hpp"
 #include "dldoctor_core/analyze/data_bound.hpp"
 #include "dldoctor_core/analyze/view.hpp"
 #include "dldoctor_core/report/finding.hpp"
@@ -22,6 +23,12 @@ namespace dldoctor::analyze::slow_handover {
 /// hand-over is a cause of its own: the data-stall threshold, since a loop that waits that
 /// long on its loader is not one whose loader keeps up, whatever the wait is for.
 inline constexpr double kHandoverFraction = kDataStallFraction;
+
+/// Hand-over per batch below which it is not named, whatever its share of a fast loop: one
+/// tensor, or a few, crosses from a worker in 0.3-1 ms on a loaded 2-core VM (the pipe, the
+/// unpickle, a descriptor each), and no setting buys that back. 32 tensors a batch take
+/// ~10 ms there, 16 ~4 ms.
+inline constexpr double kMinHandoverS = 0.002;
 
 /// Stepped batches whose hand-over must have been measured (the worker's fetch end known, a
 /// wait of 1 ms or more) before the hand-over is named: the quickest-tenth estimate of the
@@ -49,7 +56,11 @@ struct Evidence {
   int num_workers = 0;
   bool pin_memory = false;
 };
-/// One per loader whose loop waits kDataStallFraction or more for batches already made.
+/// One per loader whose loop waits kHandoverFraction or more of its time, and kMinHandoverS
+/// or more a batch, for batches already made, and whose workers could supply more batches
+/// than the loop asks for (else they are the limit, and the wait would be there without any
+/// hand-over: a worker busy in Python also delays its batches' hand-over, which then takes
+/// up the wait the data-bound rules name).
 std::vector<Evidence> detect(const JobView& job);
 report::Finding finding(const Evidence& e);
 
