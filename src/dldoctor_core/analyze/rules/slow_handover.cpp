@@ -82,8 +82,9 @@ report::Finding finding(const Evidence& e) {
   if (fd) {
     f.fix = "Call torch.multiprocessing.set_sharing_strategy('file_system') at the top of the "
             "script, before the DataLoader starts its workers: the main process then opens "
-            "each tensor of a batch by name instead of asking the worker for it (after a job "
-            "killed with SIGKILL, remove the /dev/shm/torch_* files it leaves). And put " +
+            "each tensor of a batch by name instead of asking the worker for it (torch's "
+            "torch_shm_manager frees the segments once the job's processes have exited). And "
+            "put " +
             fewer + ".";
   } else {
     f.fix = "Put " + fewer +

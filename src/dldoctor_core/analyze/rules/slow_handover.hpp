@@ -1,11 +1,11 @@
 // slow_handover: the workers have each batch ready before the main process asks for it (and
 // could make more than it asks for), and the loop still waits, because moving a batch from
-// its worker into the main process is slow. The proof is the part of each wait after the batch's fetch ended (measured per batch,
-// LoaderView::handover_measured). Under torch's default file_descriptor sharing strategy
-// every tensor of a batch is passed by a round trip to the worker that made it, served by a
-// thread of that worker that needs its GIL: a batch of many tensors, or a worker busy in
-// Python, makes each hand-over long. More workers do not help; fewer tensors a batch, or the
-// file_system strategy, do.
+// its worker into the main process is slow. The proof is the part of each wait after the
+// batch's fetch ended (measured per batch, LoaderView::handover_measured). Under torch's
+// default file_descriptor sharing strategy every tensor of a batch is passed by a round trip
+// to the worker that made it, served by a thread of that worker that needs its GIL: a batch
+// of many tensors, or a worker busy in Python, makes each hand-over long. More workers do not
+// help; fewer tensors a batch, or the file_system strategy, do.
 #pragma once
 
 #include <optional>
