@@ -23,8 +23,14 @@ std::vector<Evidence> detect(const JobView& job) {
     const double loop = *l.wait_mean_s + *l.step_mean_s;
     if (loop <= 0) continue;
     const double h = std::min(*handover, *l.wait_mean_s);
+    // The main process's time queued for a CPU, per batch: on a busy machine its wake-up
+    // for a ready batch waits for a core, and one tensor's hand-over reads 2-3 ms. That is
+    // the machine's (too_many_workers, other processes), not the transfer's: the thresholds
+    // apply to what is left (all of it counted against the hand-over, a conservative cut).
+    const double queued = l.main.runq_delay_pct.value_or(0) / 100.0 * loop;
+    const double net = std::max(0.0, h - queued);
+    if (net / loop < kHandoverFraction || net < kMinHandoverS) continue;
     const double fraction = h / loop;
-    if (fraction < kHandoverFraction || h < kMinHandoverS) continue;
     const std::optional<FetchCapacity> capacity = fetch_capacity(l);
     if (!capacity || capacity->short_of_demand()) continue;
 
@@ -35,6 +41,7 @@ std::vector<Evidence> detect(const JobView& job) {
     e.data_stall_fraction = l.data_stall_fraction.value_or(0);
     e.handover_fraction = fraction;
     e.handover_ms = h * 1e3;
+    if (l.main.runq_delay_pct) e.main_queued_ms = queued * 1e3;
     e.measured_batches = l.handover_measured;
     e.stall_beyond_fraction = stall_beyond_handover(l);
     // The bottleneck when the transfer is the larger part of the wait; beside a loader
@@ -68,6 +75,7 @@ report::Finding finding(const Evidence& e) {
   if (e.stall_beyond_fraction) f.add("stall_beyond_handover_fraction", *e.stall_beyond_fraction);
   if (e.consumer_step_ms) f.add("consumer_step_ms", *e.consumer_step_ms);
   if (e.fetch_ms) f.add("fetch_mean_ms", *e.fetch_ms);
+  if (e.main_queued_ms) f.add("main_run_queue_ms_per_batch", *e.main_queued_ms);
   if (e.batch_bytes) f.add("batch_bytes", *e.batch_bytes);
   if (e.ready_batches_mean) f.add("ready_batches_mean", *e.ready_batches_mean);
   f.add("sharing_strategy", e.sharing_strategy.empty() ? std::string("unknown")

@@ -50,6 +50,7 @@ struct Evidence {
   std::optional<double> stall_beyond_fraction;  ///< waits for batches not yet made
   std::optional<double> consumer_step_ms;
   std::optional<double> fetch_ms;    ///< a worker's time to make a batch (getitem + collate)
+  std::optional<double> main_queued_ms;  ///< the main process queued for a CPU, per batch
   std::optional<double> batch_bytes;
   std::optional<double> ready_batches_mean;
   std::string sharing_strategy;      ///< "" unknown (torch's default: file_descriptor)
@@ -57,7 +58,8 @@ struct Evidence {
   bool pin_memory = false;
 };
 /// One per loader whose loop waits kHandoverFraction or more of its time, and kMinHandoverS
-/// or more a batch, for batches already made, and whose workers could supply more batches
+/// or more a batch, for batches already made (less the main process's time queued for a
+/// CPU), and whose workers could supply more batches
 /// than the loop asks for (else they are the limit, and the wait would be there without any
 /// hand-over: a worker busy in Python also delays its batches' hand-over, which then takes
 /// up the wait the data-bound rules name).
