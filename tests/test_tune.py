@@ -128,3 +128,25 @@ def test_help_says_each_trial_runs_the_jobs_own_code():
     )
     assert proc.returncode == 0
     assert "runs the job's own code" in " ".join(proc.stdout.split())
+
+
+def test_a_loop_waiting_on_hand_overs_is_not_read_as_io_bound():
+    """Workers idle most of their fetch read as waiting on I/O (more of them tried first),
+    unless the loop waits for batches they already made (slow_handover): then more workers only
+    add hand-overs."""
+    from types import SimpleNamespace
+
+    from dldoctor.watcher.tune_trials import Trial, profile
+
+    def report(*ids):
+        return SimpleNamespace(
+            verdict=ids[0] if ids else "healthy",
+            loaders=[{"num_workers": 2, "batches": 500, "worker_on_cpu_fraction": 0.3}],
+            system={"usable_cpus": 2},
+            findings=[{"id": i, "severity": "critical", "evidence": {}} for i in ids],
+        )
+
+    base = Trial(settings={}, batches_per_s=20.0)
+    assert profile(report("io_bound"), base)["off_cpu"] is True
+    assert profile(report("straggler_worker"), base)["off_cpu"] is True
+    assert profile(report("slow_handover"), base)["off_cpu"] is False
