@@ -46,12 +46,17 @@ std::optional<double> handover_mean_s(const LoaderView& l) noexcept {
   return (l.handover_measured_s + *l.handover_s * (n - measured)) / n;
 }
 
+std::optional<double> loop_mean_s(const LoaderView& l) noexcept {
+  if (!l.wait_mean_s || !l.step_mean_s) return std::nullopt;
+  const double loop = *l.wait_mean_s + *l.step_mean_s;
+  return loop > 0 ? std::optional<double>(loop) : std::nullopt;
+}
+
 std::optional<double> stall_beyond_handover(const LoaderView& l) noexcept {
   const std::optional<double> handover = handover_mean_s(l);
-  if (!l.wait_mean_s || !l.step_mean_s || !handover) return std::nullopt;
-  const double loop = *l.wait_mean_s + *l.step_mean_s;
-  if (loop <= 0) return std::nullopt;
-  return std::max(0.0, *l.wait_mean_s - *handover) / loop;
+  const std::optional<double> loop = loop_mean_s(l);
+  if (!handover || !loop) return std::nullopt;
+  return std::max(0.0, *l.wait_mean_s - *handover) / *loop;
 }
 
 std::string unexplained_stall(const JobView& job) {

@@ -50,6 +50,9 @@ bool keeps_up(const LoaderView& l) noexcept;
 /// came closest and what a verdict needs.
 std::string too_short_to_judge(const JobView& job);
 
+/// The loop's time per stepped batch, wait + step. Empty when either is unknown or it is 0.
+std::optional<double> loop_mean_s(const LoaderView& l) noexcept;
+
 /// What handing over a batch cost `l`'s loop, per stepped batch: the part of a real wait
 /// after its batch was made where that was measured (handover_measured), its quickest waits
 /// (handover_s) for the rest. Empty when unknown.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "dldoctor_core/analyze/capacity.hpp"
 #include "dldoctor_core/analyze/text.hpp"
 
 namespace dldoctor::analyze::slow_handover {
@@ -19,9 +20,9 @@ std::vector<Evidence> detect(const JobView& job) {
         double(l.handover_measured) < kMinMeasuredShare * double(l.stepped_batches))
       continue;
     const std::optional<double> handover = handover_mean_s(l);
-    if (!handover || !l.wait_mean_s || !l.step_mean_s) continue;
-    const double loop = *l.wait_mean_s + *l.step_mean_s;
-    if (loop <= 0) continue;
+    const std::optional<double> loop_s = loop_mean_s(l);
+    if (!handover || !loop_s) continue;
+    const double loop = *loop_s;
     const double h = std::min(*handover, *l.wait_mean_s);
     // The main process's time queued for a CPU, per batch: on a busy machine its wake-up
     // for a ready batch waits for a core, and one tensor's hand-over reads 2-3 ms. That is

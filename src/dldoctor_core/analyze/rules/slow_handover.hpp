@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "dldoctor_core/analyze/capacity.hpp"
 #include "dldoctor_core/analyze/data_bound.hpp"
 #include "dldoctor_core/analyze/view.hpp"
 #include "dldoctor_core/report/finding.hpp"
