@@ -183,9 +183,11 @@ TEST(SampleCpuTimes, BusyLeavesOutIdleAndIowait) {
   ASSERT_TRUE(t);
   EXPECT_EQ(t->busy, 100 + 5 + 50 + 1 + 2 + 3);
   EXPECT_EQ(t->total, t->busy + 1000 + 20);
+  EXPECT_EQ(t->steal, 3);  // the eighth column, inside busy
   auto old = parse_cpu_times("cpu  1 2 3 4\n");
   ASSERT_TRUE(old);
   EXPECT_EQ(old->total, 10);
+  EXPECT_EQ(old->steal, 0);
   EXPECT_FALSE(parse_cpu_times("cpu  1 2 3\n"));
   EXPECT_FALSE(parse_cpu_times("cpu0 1 2 3 4 5\n"));  // per-CPU lines are not the total
 }

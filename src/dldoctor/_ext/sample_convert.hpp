@@ -13,9 +13,9 @@ namespace dldoctor::ext {
 // process writes more than is read back (active_threads, smaps_fresh, faults), so its
 // figures are two tables with those between them.
 DLDOCTOR_FIELDS(SnapshotClockFields, t_ns, cost_ns, seq);
-DLDOCTOR_FIELDS(MachineFields, cpu_busy_pct, mem_available_bytes, swap_in_per_s, swap_out_per_s,
-                cpu_pressure_some, io_pressure_some, mem_pressure_some, shm_used_bytes,
-                shm_total_bytes);
+DLDOCTOR_FIELDS(MachineFields, cpu_busy_pct, cpu_steal_pct, mem_available_bytes, swap_in_per_s,
+                swap_out_per_s, cpu_pressure_some, io_pressure_some, mem_pressure_some,
+                shm_used_bytes, shm_total_bytes);
 DLDOCTOR_FIELDS(ProcessIdFields, pid, ppid);
 DLDOCTOR_FIELDS(ProcessUseFields, cpu_pct, runq_delay_pct, voluntary_cs_per_s,
                 involuntary_cs_per_s, rss_bytes, pss_bytes, private_dirty_bytes);

@@ -94,6 +94,9 @@ _LABELS = {
     "handover_fraction": "waiting for ready batches",
     "handover_ms": "hand-over per batch",
     "handover_measured_batches": "hand-overs measured",
+    "handover_measured_p50_ms": "measured hand-over, median",
+    "run_queue_ms_per_batch": "queued for a CPU, per batch",
+    "cpu_steal_ms_per_batch": "CPU stolen by the hypervisor, per batch",
     "stall_beyond_handover_fraction": "waiting for batches not yet made",
     "ready_batches_mean": "batches ready, mean",
 }

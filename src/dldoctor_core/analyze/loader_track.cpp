@@ -138,8 +138,10 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
         if (d.index > e.index && d.t_end_ns < earliest) earliest = d.t_end_ns;
       });
       if (own_end) {
+        const int64_t handover = t_out - std::clamp(*own_end, e.t_ns, t_out);
         s.made_known = n;
-        s.made_wait_ns = n * (t_out - std::clamp(*own_end, e.t_ns, t_out));
+        s.made_wait_ns = n * handover;
+        handover_sample_.push(handover);
         const int64_t hol = std::min(t_out, *own_end) - std::max(e.t_ns, earliest);
         if ((config_.flags & trace::kInOrder) && hol > 0) {
           s.hol_ns = n * hol;

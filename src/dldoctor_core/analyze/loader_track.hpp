@@ -193,6 +193,10 @@ class LoaderTrack {
   std::optional<int64_t> last_batch_ns() const noexcept { return last_main_ns_; }
   /// Whole-run sample of the consumer's waits (ns) for batches that followed a step.
   const Reservoir<int64_t>& wait_sample() const noexcept { return wait_sample_; }
+  /// Whole-run sample of the measured hand-overs (ns): the part of a wait after its batch's
+  /// fetch ended (MainSums::made_wait_ns, one at a time), for their median: a few waits
+  /// stretched by a stalled host raise the mean, not the median.
+  const Reservoir<int64_t>& handover_sample() const noexcept { return handover_sample_; }
   /// The slowest timed batches of the whole run, slowest first.
   const std::vector<WorkerBatchRecord>& slowest() const noexcept { return slowest_; }
   /// The main process's pid as seen on its events (0 unknown).
@@ -207,6 +211,7 @@ class LoaderTrack {
   Ring<WorkerBatchRecord, kRecentBatches> recent_batches_;
   Reservoir<WorkerBatchRecord> reservoir_;
   Reservoir<int64_t> wait_sample_{kWaitSample};
+  Reservoir<int64_t> handover_sample_{kWaitSample};
   std::map<int, WorkerTrack> workers_;
   std::vector<EpochRecord> epochs_;
   int64_t epochs_started_ = 0;

@@ -46,6 +46,7 @@ void ProcessTrack::ingest(const sample::Snapshot& s) {
     if (ps.rss_bytes) t.rss_max = std::max(t.rss_max.value_or(0), *ps.rss_bytes);
   }
   m_cpu_busy_.add(s.machine.cpu_busy_pct);
+  m_cpu_steal_.add(s.machine.cpu_steal_pct);
   m_io_.add(s.machine.io_pressure_some);
   m_cpu_p_.add(s.machine.cpu_pressure_some);
   m_mem_p_.add(s.machine.mem_pressure_some);
@@ -181,6 +182,7 @@ MachineAgg ProcessTrack::machine(int64_t from_ns, int64_t to_ns) const {
   if (from_ns < 0) {
     m.passes = int(passes_);
     m.cpu_busy_pct = m_cpu_busy_.mean();
+    m.cpu_steal_pct = m_cpu_steal_.mean();
     m.io_pressure_some = m_io_.mean();
     m.cpu_pressure_some = m_cpu_p_.mean();
     m.mem_pressure_some = m_mem_p_.mean();
@@ -193,11 +195,12 @@ MachineAgg ProcessTrack::machine(int64_t from_ns, int64_t to_ns) const {
     m.mem_available_last_bytes = m_mem_last_;
     return m;
   }
-  Sum busy, io, cpu_p, mem_p, swap_in, swap_out;
+  Sum busy, steal, io, cpu_p, mem_p, swap_in, swap_out;
   for (const Pass& p : passes_kept_) {
     if (p.t_ns < from_ns || p.t_ns > to_ns) continue;
     ++m.passes;
     busy.add(p.machine.cpu_busy_pct);
+    steal.add(p.machine.cpu_steal_pct);
     io.add(p.machine.io_pressure_some);
     cpu_p.add(p.machine.cpu_pressure_some);
     mem_p.add(p.machine.mem_pressure_some);
@@ -215,6 +218,7 @@ MachineAgg ProcessTrack::machine(int64_t from_ns, int64_t to_ns) const {
           *p.machine.mem_available_bytes);
   }
   m.cpu_busy_pct = busy.mean();
+  m.cpu_steal_pct = steal.mean();
   m.io_pressure_some = io.mean();
   m.cpu_pressure_some = cpu_p.mean();
   m.mem_pressure_some = mem_p.mean();

@@ -42,6 +42,7 @@ struct ProcAgg {
 struct MachineAgg {
   int passes = 0;
   std::optional<double> cpu_busy_pct;
+  std::optional<double> cpu_steal_pct;  ///< the hypervisor's share of the CPUs (in busy)
   std::optional<double> io_pressure_some;
   std::optional<double> cpu_pressure_some;
   std::optional<double> mem_pressure_some;
@@ -110,7 +111,7 @@ class ProcessTrack {
   std::unordered_map<int, PidTotals> pids_;
   int64_t passes_ = 0;
   int64_t latest_ns_ = 0;
-  Sum m_cpu_busy_, m_io_, m_cpu_p_, m_mem_p_;
+  Sum m_cpu_busy_, m_cpu_steal_, m_io_, m_cpu_p_, m_mem_p_;
   std::optional<int64_t> m_mem_min_;
   std::optional<int64_t> m_shm_max_, m_shm_min_, m_shm_total_;
   Sum m_swap_in_, m_swap_out_;

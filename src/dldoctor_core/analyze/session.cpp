@@ -314,6 +314,9 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
       if (const auto q = quantile(waits, kHandoverQuantile)) l.handover_s = *q / 1e9;
       l.handover_measured = m.made_known;
       l.handover_measured_s = double(m.made_wait_ns) / 1e9;
+      std::vector<double> handovers(track.handover_sample().items().begin(),
+                                    track.handover_sample().items().end());
+      if (const auto q = quantile(handovers, 0.5)) l.handover_measured_p50_s = *q / 1e9;
       l.demand_step_s = m.waited >= kMinSteadyBatches
                             ? double(m.waited_step_ns) / 1e9 / double(m.waited)
                             : *l.step_mean_s;

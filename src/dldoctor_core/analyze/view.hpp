@@ -146,6 +146,8 @@ struct LoaderView {
   /// made, in all. The others' hand-over is taken as handover_s.
   int64_t handover_measured = 0;
   double handover_measured_s = 0;
+  /// The median of the measured hand-overs (whole run: LoaderTrack::handover_sample).
+  std::optional<double> handover_measured_p50_s;
   std::optional<double> step_mean_s;  ///< the consumer's own time per batch
   /// The consumer's time per batch over the batches it waited for (kMinSteadyBatches of
   /// them at least), else step_mean_s: its pace while the loader lagged. A run with a fast

@@ -19,7 +19,7 @@ std::optional<CpuTimes> parse_cpu_times(std::string_view text) noexcept {
   if (n < 4) return std::nullopt;
   const int64_t idle = v[3] + v[4];
   const int64_t busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
-  return CpuTimes{busy, busy + idle};
+  return CpuTimes{busy, busy + idle, v[7]};
 }
 
 std::optional<int64_t> parse_fork_count(std::string_view text) noexcept {

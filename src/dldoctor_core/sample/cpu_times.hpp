@@ -13,6 +13,9 @@ namespace dldoctor::sample {
 struct CpuTimes {
   int64_t busy = 0;   ///< user + nice + system + irq + softirq + steal
   int64_t total = 0;  ///< busy + idle + iowait
+  /// Time this (virtual) machine's CPUs were ready to run and the hypervisor ran something
+  /// else: a stall no process's run queue shows.
+  int64_t steal = 0;
 };
 
 /// Parses /proc/stat; empty unless its "cpu " line has at least user, nice, system and idle.

@@ -2,6 +2,8 @@
 
 #include <sys/statvfs.h>
 
+#include <algorithm>
+
 #include "dldoctor_core/sample/meminfo.hpp"
 #include "dldoctor_core/sample/pressure.hpp"
 
@@ -35,8 +37,9 @@ MachineSample MachineReader::read(int64_t t_ns, ReadBuffer& buf, bool slow) noex
     forks_ = parse_fork_count(*text);
   }
   if (cpu && last_cpu_ && cpu->total > last_cpu_->total) {
-    m.cpu_busy_pct = 100.0 * double(cpu->busy - last_cpu_->busy) /
-                     double(cpu->total - last_cpu_->total);
+    const double total = double(cpu->total - last_cpu_->total);
+    m.cpu_busy_pct = 100.0 * double(cpu->busy - last_cpu_->busy) / total;
+    m.cpu_steal_pct = 100.0 * double(std::max<int64_t>(0, cpu->steal - last_cpu_->steal)) / total;
   }
   last_cpu_ = cpu;
 

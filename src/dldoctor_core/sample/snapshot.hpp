@@ -65,6 +65,7 @@ struct ProcessSample {
 /// Machine-wide figures in one pass.
 struct MachineSample {
   std::optional<double> cpu_busy_pct;         ///< all CPUs, from /proc/stat, % of total capacity
+  std::optional<double> cpu_steal_pct;        ///< of that, stolen by the hypervisor (in busy)
   std::optional<int64_t> mem_available_bytes;  ///< (slow, as are all below)
   std::optional<double> swap_in_per_s;        ///< pages/s from /proc/vmstat pswpin
   std::optional<double> swap_out_per_s;

@@ -83,24 +83,89 @@ TEST(AnalyzeSlowHandover, WorkersShortOfDemandAreTheLimitNotTheHandOver) {
   for (const auto& f : findings(l)) EXPECT_NE(f.id, "slow_handover");
 }
 
+/// `l` for 20 s with sampler passes: the main process queued for a CPU `main_runq`% of the
+/// time, the workers `worker_runq`%, and the machine's CPUs stolen `steal`%.
+std::vector<report::Finding> on_a_busy_machine(const Loader& l, double main_runq,
+                                               std::optional<double> worker_runq,
+                                               std::optional<double> steal) {
+  Session s;
+  s.set_facts(facts(8));
+  feed(s, l, kT0, 20);
+  std::vector<Proc> ps = procs(l, 30.0, 10.0, worker_runq);
+  ps[0].runq_delay_pct = main_runq;
+  sample::MachineSample m;
+  m.cpu_busy_pct = 40;
+  m.cpu_steal_pct = steal;
+  feed_passes(s, kT0, 20, ps, m);
+  return s.findings(0, Window::kWholeRun);
+}
+
 TEST(AnalyzeSlowHandover, TheMainProcessQueuedForACpuIsTheMachineNotTheHandOver) {
   // 4 ms of hand-over on a 24 ms loop; the main process queued for a CPU 14% of the time
   // (3.4 ms a batch): 0.6 ms left, no finding. At 4% (1 ms a batch) 3 ms are left: named,
   // with the queueing in its evidence.
-  auto with_main_queue = [](double runq_pct) {
-    Loader l = ready(4.0);
+  for (const auto& f : on_a_busy_machine(ready(4.0), 14, {}, {}))
+    EXPECT_NE(f.id, "slow_handover");
+  const auto fs = on_a_busy_machine(ready(4.0), 4, {}, {});
+  ASSERT_EQ(ids(fs), std::vector<std::string>{"slow_handover"});
+  EXPECT_NEAR(*num(fs[0], "run_queue_ms_per_batch"), 0.96, 0.02);
+  EXPECT_FALSE(num(fs[0], "cpu_steal_ms_per_batch"));
+}
+
+TEST(AnalyzeSlowHandover, WorkersQueuedForACpuAreTheMachineNotTheHandOver) {
+  // The worker thread that answers for a batch's tensors waits for a core as well: the more
+  // queued of the main process and the workers is taken off.
+  for (const auto& f : on_a_busy_machine(ready(4.0), 1, 14.0, {}))
+    EXPECT_NE(f.id, "slow_handover");
+  const auto fs = on_a_busy_machine(ready(4.0), 1, 4.0, {});
+  ASSERT_EQ(ids(fs), std::vector<std::string>{"slow_handover"});
+  EXPECT_NEAR(*num(fs[0], "run_queue_ms_per_batch"), 0.96, 0.02);
+}
+
+TEST(AnalyzeSlowHandover, CpuTimeStolenByTheHypervisorIsTheMachineNotTheHandOver) {
+  // A virtual machine whose CPUs the hypervisor does not run stalls every process without
+  // a run queue to show it. 14% stolen (3.4 ms of a 24 ms loop) plus 1% queued: under 2 ms
+  // left. 4% stolen: named, the steal in the evidence.
+  for (const auto& f : on_a_busy_machine(ready(4.0), 1, {}, 14.0))
+    EXPECT_NE(f.id, "slow_handover");
+  const auto fs = on_a_busy_machine(ready(4.0), 1, {}, 4.0);
+  ASSERT_EQ(ids(fs), std::vector<std::string>{"slow_handover"});
+  EXPECT_NEAR(*num(fs[0], "cpu_steal_ms_per_batch"), 0.96, 0.02);
+  EXPECT_NEAR(*num(fs[0], "run_queue_ms_per_batch"), 0.24, 0.01);
+}
+
+TEST(AnalyzeSlowHandover, AFewHugeStallsAreNotASlowHandOver) {
+  // Eleven hand-overs in twelve take 1.2 ms, the twelfth 80 ms (the main process stalled by
+  // its host): 7.7 ms a batch on the mean, 27% of the loop, but the typical batch crosses in
+  // 1.2 ms. The same mean on every batch is named.
+  Loader l = ready(0);
+  l.wait_ms.reset();
+  l.wait_pattern_ms = std::vector<double>(11, 1.2);
+  l.wait_pattern_ms.push_back(80);
+  for (const auto& f : findings(l)) EXPECT_NE(f.id, "slow_handover");
+  const auto fs = findings(ready(7.7));
+  ASSERT_EQ(ids(fs), std::vector<std::string>{"slow_handover"});
+  EXPECT_NEAR(*num(fs[0], "handover_measured_p50_ms"), 7.7, 0.01);
+  // Half of the hand-overs slow is enough: the median is theirs.
+  l.wait_pattern_ms = {1.2, 7.7};
+  EXPECT_EQ(ids(findings(l)), std::vector<std::string>{"slow_handover"});
+}
+
+TEST(AnalyzeSlowHandover, NamedOnlyOnceEnoughHandOversAreMeasured) {
+  // A 100 ms step and 8 ms hand-overs: 108 ms a batch. The first batch fills the pipeline,
+  // so 3.3 s give 30 measured hand-overs, 3.2 s 29: too few to name.
+  auto run = [](double seconds) {
+    Loader l = ready(8.0);
+    l.step_ms = 100;
     Session s;
     s.set_facts(facts(8));
-    feed(s, l, kT0, 20);
-    std::vector<Proc> ps = procs(l, 30.0, 10.0);
-    ps[0].runq_delay_pct = runq_pct;
-    feed_passes(s, kT0, 20, ps);
+    feed(s, l, kT0, seconds);
     return s.findings(0, Window::kWholeRun);
   };
-  for (const auto& f : with_main_queue(14)) EXPECT_NE(f.id, "slow_handover");
-  const auto fs = with_main_queue(4);
+  for (const auto& f : run(3.2)) EXPECT_NE(f.id, "slow_handover");
+  const auto fs = run(3.3);
   ASSERT_EQ(ids(fs), std::vector<std::string>{"slow_handover"});
-  EXPECT_NEAR(*num(fs[0], "main_run_queue_ms_per_batch"), 0.96, 0.02);
+  EXPECT_EQ(*num(fs[0], "handover_measured_batches"), slow_handover::kMinMeasuredBatches);
 }
 
 TEST(AnalyzeSlowHandover, WaitsForBatchesNotYetMadeAreTheWorkersNotTheHandOver) {

@@ -21,15 +21,28 @@ std::vector<Evidence> detect(const JobView& job) {
       continue;
     const std::optional<double> handover = handover_mean_s(l);
     const std::optional<double> loop_s = loop_mean_s(l);
-    if (!handover || !loop_s) continue;
+    if (!handover || !loop_s || !l.handover_measured_p50_s) continue;
     const double loop = *loop_s;
-    const double h = std::min(*handover, *l.wait_mean_s);
-    // The main process's time queued for a CPU, per batch: on a busy machine its wake-up
-    // for a ready batch waits for a core, and one tensor's hand-over reads 2-3 ms. That is
-    // the machine's (too_many_workers, other processes), not the transfer's: the thresholds
-    // apply to what is left (all of it counted against the hand-over, a conservative cut).
-    const double queued = l.main.runq_delay_pct.value_or(0) / 100.0 * loop;
-    const double net = std::max(0.0, h - queued);
+    // The hand-over a batch typically takes: the measured ones at their median, the others
+    // at the quickest waits (as handover_mean_s), unless the mean is lower. A host that
+    // stalls the main process now and then stretches a few waits by tens of milliseconds;
+    // the mean then reads a slow hand-over that the median does not.
+    const double n = double(l.stepped_batches);
+    const double measured = std::min(double(l.handover_measured), n);
+    const double typical =
+        (*l.handover_measured_p50_s * measured + *l.handover_s * (n - measured)) / n;
+    const double h = std::min({*handover, typical, *l.wait_mean_s});
+    // Time per batch the machine, not the transfer, holds the hand-over up, counted against
+    // it in full before the thresholds (a conservative cut, since these shares cover the
+    // step too): on a busy machine a process woken for a ready batch, or the worker thread
+    // that answers for its tensors, waits for a core (its run-queue delay: one tensor's
+    // hand-over reads 2-3 ms beside two CPU burners); on a virtual machine the hypervisor
+    // may not run its CPUs at all (steal), which no run queue shows.
+    const double queued =
+        std::max(l.main.runq_delay_pct.value_or(0), l.fetchers.runq_delay_pct.value_or(0)) /
+        100.0 * loop;
+    const double stolen = job.machine.cpu_steal_pct.value_or(0) / 100.0 * loop;
+    const double net = std::max(0.0, h - queued - stolen);
     if (net / loop < kHandoverFraction || net < kMinHandoverS) continue;
     const double fraction = h / loop;
     const std::optional<FetchCapacity> capacity = fetch_capacity(l);
@@ -42,7 +55,9 @@ std::vector<Evidence> detect(const JobView& job) {
     e.data_stall_fraction = l.data_stall_fraction.value_or(0);
     e.handover_fraction = fraction;
     e.handover_ms = h * 1e3;
-    if (l.main.runq_delay_pct) e.main_queued_ms = queued * 1e3;
+    if (l.main.runq_delay_pct || l.fetchers.runq_delay_pct) e.queued_ms = queued * 1e3;
+    if (job.machine.cpu_steal_pct) e.stolen_ms = stolen * 1e3;
+    e.measured_p50_ms = *l.handover_measured_p50_s * 1e3;
     e.measured_batches = l.handover_measured;
     e.stall_beyond_fraction = stall_beyond_handover(l);
     // The bottleneck when the transfer is the larger part of the wait; beside a loader
@@ -76,7 +91,9 @@ report::Finding finding(const Evidence& e) {
   if (e.stall_beyond_fraction) f.add("stall_beyond_handover_fraction", *e.stall_beyond_fraction);
   if (e.consumer_step_ms) f.add("consumer_step_ms", *e.consumer_step_ms);
   if (e.fetch_ms) f.add("fetch_mean_ms", *e.fetch_ms);
-  if (e.main_queued_ms) f.add("main_run_queue_ms_per_batch", *e.main_queued_ms);
+  f.add("handover_measured_p50_ms", e.measured_p50_ms);
+  if (e.queued_ms) f.add("run_queue_ms_per_batch", *e.queued_ms);
+  if (e.stolen_ms) f.add("cpu_steal_ms_per_batch", *e.stolen_ms);
   if (e.batch_bytes) f.add("batch_bytes", *e.batch_bytes);
   if (e.ready_batches_mean) f.add("ready_batches_mean", *e.ready_batches_mean);
   f.add("sharing_strategy", e.sharing_strategy.empty() ? std::string("unknown")

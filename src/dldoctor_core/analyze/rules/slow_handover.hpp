@@ -32,7 +32,7 @@ inline constexpr double kMinHandoverS = 0.002;
 /// Stepped batches whose hand-over must have been measured (the worker's fetch end known, a
 /// wait of 1 ms or more) before the hand-over is named: the quickest-tenth estimate of the
 /// others is a floor for a fast loop's transfer, not a measurement of a slow one.
-inline constexpr int64_t kMinMeasuredBatches = 20;
+inline constexpr int64_t kMinMeasuredBatches = 30;
 
 /// Share of the stepped batches that must have a measured hand-over: a loop where only a few
 /// of its waits reach 1 ms hands most batches over quickly, and those few are noise.
@@ -49,7 +49,11 @@ struct Evidence {
   std::optional<double> stall_beyond_fraction;  ///< waits for batches not yet made
   std::optional<double> consumer_step_ms;
   std::optional<double> fetch_ms;    ///< a worker's time to make a batch (getitem + collate)
-  std::optional<double> main_queued_ms;  ///< the main process queued for a CPU, per batch
+  double measured_p50_ms = 0;        ///< the median measured hand-over
+  /// Per batch: the main process or the workers queued for a CPU (the more of the two), and
+  /// the machine's CPUs stolen by the hypervisor. Both are taken off before the thresholds.
+  std::optional<double> queued_ms;
+  std::optional<double> stolen_ms;
   std::optional<double> batch_bytes;
   std::optional<double> ready_batches_mean;
   std::string sharing_strategy;      ///< "" unknown (torch's default: file_descriptor)
@@ -57,8 +61,9 @@ struct Evidence {
   bool pin_memory = false;
 };
 /// One per loader whose loop waits kHandoverFraction or more of its time, and kMinHandoverS
-/// or more a batch, for batches already made (less the main process's time queued for a
-/// CPU), and whose workers could supply more batches
+/// or more a batch, for batches already made (the typical batch's: the lower of the mean and
+/// the median-based hand-over, less the processes' time queued for a CPU and the CPU time
+/// stolen by a hypervisor), and whose workers could supply more batches
 /// than the loop asks for (else they are the limit, and the wait would be there without any
 /// hand-over: a worker busy in Python also delays its batches' hand-over, which then takes
 /// up the wait the data-bound rules name).
