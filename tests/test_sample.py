@@ -19,7 +19,7 @@ PROCESS_KEYS = {
     "active_threads", "smaps_fresh",
 }
 MACHINE_KEYS = {
-    "cpu_busy_pct", "mem_available_bytes", "swap_in_per_s", "swap_out_per_s",
+    "cpu_busy_pct", "cpu_steal_pct", "mem_available_bytes", "swap_in_per_s", "swap_out_per_s",
     "cpu_pressure_some", "io_pressure_some", "mem_pressure_some", "shm_used_bytes",
     "shm_total_bytes",
 }
