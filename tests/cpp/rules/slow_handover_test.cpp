@@ -23,6 +23,14 @@ Loader ready(double wait_ms, bool made_before = true) {
   return l;
 }
 
+/// As ready(), batch i waiting waits_ms[i % size].
+Loader ready_in_turn(std::vector<double> waits_ms) {
+  Loader l = ready(0);
+  l.wait_ms.reset();
+  l.wait_pattern_ms = std::move(waits_ms);
+  return l;
+}
+
 std::vector<report::Finding> findings(const Loader& l, std::string strategy = "") {
   Session s;
   s.set_facts(facts(8));
@@ -138,17 +146,14 @@ TEST(AnalyzeSlowHandover, AFewHugeStallsAreNotASlowHandOver) {
   // Eleven hand-overs in twelve take 1.2 ms, the twelfth 80 ms (the main process stalled by
   // its host): 7.7 ms a batch on the mean, 27% of the loop, but the typical batch crosses in
   // 1.2 ms. The same mean on every batch is named.
-  Loader l = ready(0);
-  l.wait_ms.reset();
-  l.wait_pattern_ms = std::vector<double>(11, 1.2);
-  l.wait_pattern_ms.push_back(80);
-  for (const auto& f : findings(l)) EXPECT_NE(f.id, "slow_handover");
+  std::vector<double> waits(11, 1.2);
+  waits.push_back(80);
+  for (const auto& f : findings(ready_in_turn(waits))) EXPECT_NE(f.id, "slow_handover");
   const auto fs = findings(ready(7.7));
   ASSERT_EQ(ids(fs), std::vector<std::string>{"slow_handover"});
   EXPECT_NEAR(*num(fs[0], "handover_measured_p50_ms"), 7.7, 0.01);
   // Half of the hand-overs slow is enough: the median is theirs.
-  l.wait_pattern_ms = {1.2, 7.7};
-  EXPECT_EQ(ids(findings(l)), std::vector<std::string>{"slow_handover"});
+  EXPECT_EQ(ids(findings(ready_in_turn({1.2, 7.7}))), std::vector<std::string>{"slow_handover"});
 }
 
 TEST(AnalyzeSlowHandover, NamedOnlyOnceEnoughHandOversAreMeasured) {
@@ -176,11 +181,9 @@ TEST(AnalyzeSlowHandover, HandOversTooQuickToMeasureAreNotNamed) {
   // Nine waits in ten of 0.9 ms and one of 21 ms (2.9 ms a batch, 13% of the 20 ms loop):
   // only a tenth of the waits reach the 1 ms at which a wait is split at its batch's fetch
   // end, and the quickest-tenth estimate of the others is not a measurement.
-  Loader l = ready(0);
-  l.wait_ms.reset();
-  l.wait_pattern_ms = std::vector<double>(9, 0.9);
-  l.wait_pattern_ms.push_back(21);
-  for (const auto& f : findings(l)) EXPECT_NE(f.id, "slow_handover");
+  std::vector<double> waits(9, 0.9);
+  waits.push_back(21);
+  for (const auto& f : findings(ready_in_turn(waits))) EXPECT_NE(f.id, "slow_handover");
 }
 
 TEST(AnalyzeSlowHandover, TheFixFollowsTheSharingStrategy) {
