@@ -468,7 +468,17 @@ def interleaved(
         cmd += ["--rounds", str(rounds), "--block", str(block), "--settle", str(settle)]
         cmd += ["--parts", parts] + (["--pin"] if pinned else [])
         cmd += ["--one-epoch"] if one_epoch else []
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # A session of its own: the job stops its watcher (SIGSTOP) for the unwatched side, and
+        # a process group with a stopped member that becomes orphaned (the shell that started
+        # the bench exits, as a background job's does) gets SIGHUP from the kernel: the job
+        # then dies with exit 129 before its first loader.
+        p = subprocess.Popen(
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         try:
             _, err = p.communicate(timeout=3600)
         finally:
