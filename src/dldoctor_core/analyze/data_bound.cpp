@@ -39,11 +39,26 @@ std::string too_short_to_judge(const JobView& job) {
   return buf;
 }
 
-std::optional<double> handover_mean_s(const LoaderView& l) noexcept {
+namespace {
+/// Per stepped batch of `l`: `measured_s` in all for the batches whose hand-over was
+/// measured, the quickest waits (handover_s) for the rest.
+std::optional<double> per_stepped_batch(const LoaderView& l, double measured_s) noexcept {
   if (!l.handover_s || l.stepped_batches <= 0) return std::nullopt;
   const double n = double(l.stepped_batches);
   const double measured = std::min(double(l.handover_measured), n);
-  return (l.handover_measured_s + *l.handover_s * (n - measured)) / n;
+  return (measured_s + *l.handover_s * (n - measured)) / n;
+}
+}  // namespace
+
+std::optional<double> handover_mean_s(const LoaderView& l) noexcept {
+  return per_stepped_batch(l, l.handover_measured_s);
+}
+
+std::optional<double> handover_typical_s(const LoaderView& l) noexcept {
+  const std::optional<double> mean = handover_mean_s(l);
+  if (!mean || !l.handover_measured_p50_s) return std::nullopt;
+  const double measured = std::min(double(l.handover_measured), double(l.stepped_batches));
+  return std::min(*mean, *per_stepped_batch(l, *l.handover_measured_p50_s * measured));
 }
 
 std::optional<double> loop_mean_s(const LoaderView& l) noexcept {

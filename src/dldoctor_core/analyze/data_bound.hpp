@@ -58,6 +58,13 @@ std::optional<double> loop_mean_s(const LoaderView& l) noexcept;
 /// (handover_s) for the rest. Empty when unknown.
 std::optional<double> handover_mean_s(const LoaderView& l) noexcept;
 
+/// The hand-over a batch of `l` typically takes, per stepped batch: as handover_mean_s with
+/// the measured ones at their median (handover_measured_p50_s), unless the mean is lower. A
+/// host that stalls the main process now and then stretches a few waits by tens of
+/// milliseconds; the mean then reads a slow hand-over that the median does not. Empty when
+/// either is unknown.
+std::optional<double> handover_typical_s(const LoaderView& l) noexcept;
+
 /// The share of `l`'s loop spent waiting beyond its hand-over cost (handover_mean_s):
 /// waiting for batches the workers had not made yet. Empty when unknown.
 std::optional<double> stall_beyond_handover(const LoaderView& l) noexcept;

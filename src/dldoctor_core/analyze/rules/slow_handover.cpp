@@ -19,19 +19,11 @@ std::vector<Evidence> detect(const JobView& job) {
     if (l.handover_measured < kMinMeasuredBatches ||
         double(l.handover_measured) < kMinMeasuredShare * double(l.stepped_batches))
       continue;
-    const std::optional<double> handover = handover_mean_s(l);
+    const std::optional<double> handover = handover_typical_s(l);
     const std::optional<double> loop_s = loop_mean_s(l);
-    if (!handover || !loop_s || !l.handover_measured_p50_s) continue;
+    if (!handover || !loop_s) continue;
     const double loop = *loop_s;
-    // The hand-over a batch typically takes: the measured ones at their median, the others
-    // at the quickest waits (as handover_mean_s), unless the mean is lower. A host that
-    // stalls the main process now and then stretches a few waits by tens of milliseconds;
-    // the mean then reads a slow hand-over that the median does not.
-    const double n = double(l.stepped_batches);
-    const double measured = std::min(double(l.handover_measured), n);
-    const double typical =
-        (*l.handover_measured_p50_s * measured + *l.handover_s * (n - measured)) / n;
-    const double h = std::min({*handover, typical, *l.wait_mean_s});
+    const double h = std::min(*handover, *l.wait_mean_s);
     // Time per batch the machine, not the transfer, holds the hand-over up, counted against
     // it in full before the thresholds (a conservative cut, since these shares cover the
     // step too): on a busy machine a process woken for a ready batch, or the worker thread
