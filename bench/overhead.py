@@ -271,8 +271,17 @@ def one(mode: str, kind: str, batches: int, tmp: str, job: str, pinned: bool = F
 
 # --interleaved: batches a side after `settle` of start-up, and rounds, by case.
 INTERLEAVED = {"tiny-0": (2000, 100, 300), "tiny-2": (1500, 200, 60), "typical": (200, 20, 100)}
-# --one-epoch, the hooks out of one side: rounds a pair of loaders serves (new_pair).
-PAIR_ROUNDS = 10
+# --one-epoch: the same, in short blocks. A tiny-2 round's ratio spreads as wide at 100
+# batches a side (~0.13 s) as at 1,500 (0.90-1.10 quartiles either way), so ten times the rounds
+# in the same time narrow a job's interval about threefold: +-1 point in ~5 minutes, where
+# 60 rounds of 1,500 gave +-5 (A/A jobs, 2026-12-07).
+ONE_EPOCH = {**INTERLEAVED, "tiny-2": (100, 200, 1200)}
+# --one-epoch, the hooks out of one side: batches a side that a pair of loaders serves before a
+# new pair is made (new_pair). Whatever the block: what a new worker costs the watcher (found,
+# read afresh, its memory walked once it is 2 s old) belongs to a worker's start, not to a
+# loader's steady state, and a pair renewed every 10 blocks of 100 batches (~3 s) charged it to
+# the watched side: 0.974 kept, against 0.977-0.981 with pairs of 15,000 batches.
+PAIR_BATCHES = 15_000
 
 
 def interleaved_job(
@@ -295,8 +304,8 @@ def interleaved_job(
     epoch. With `parts` watcher, one iterator for the whole bench, whose blocks alternate with
     the watcher stopped and running. Else each side has its own loader and iterator, made
     under that side (the workers' hooks cannot be taken out mid-epoch: the unwatched side's
-    workers fork with every patch put back and stay so), anew every PAIR_ROUNDS rounds, and
-    the blocks alternate between the two, the main process's patches and the watcher switched
+    workers fork with every patch put back and stay so), anew every PAIR_BATCHES batches a side,
+    and the blocks alternate between the two, the main process's patches and the watcher switched
     with each."""
     import signal
     import time
@@ -310,6 +319,7 @@ def interleaved_job(
     # --one-epoch with the hooks out of one side: two loaders side by side, each made and
     # started under its own side.
     two = one_epoch and parts != "watcher"
+    pair_rounds = max(1, PAIR_BATCHES // block)
     loader = (
         None if two else make_loader(kind, settle + block * (2 * rounds + 2 if one_epoch else 1))
     )
@@ -358,10 +368,10 @@ def interleaved_job(
 
     def side_start(watched: bool):  # --one-epoch with two loaders: this side's, made under it
         use(watched)
-        return start(make_loader(kind, settle + block * (PAIR_ROUNDS + 1)))
+        return start(make_loader(kind, settle + block * (pair_rounds + 1)))
 
     def new_pair(n: int) -> dict:
-        # A pair of loaders serves PAIR_ROUNDS rounds, then a new one is made, the two sides
+        # A pair of loaders serves PAIR_BATCHES batches a side, then a new one is made, the sides
         # made in the other order: a pair's own lot (where its workers' memory and caches
         # fall, which side forked first) stays with it for its whole life, and moved one job's
         # figure by +-2 points against the next; over many pairs it averages out.
@@ -378,9 +388,9 @@ def interleaved_job(
         it, pids = start()
     try:
         for r in range(rounds + 1):
-            if two and r % PAIR_ROUNDS == 0:
+            if two and r % pair_rounds == 0:
                 it = pids = None  # the loop's last reference to the old pair
-                sides = new_pair(r // PAIR_ROUNDS)
+                sides = new_pair(r // pair_rounds)
             for side in ("unwatched", "watched") if r % 2 == 0 else ("watched", "unwatched"):
                 use(side == "watched")
                 if two:
@@ -459,7 +469,7 @@ def interleaved(
     import random
     import signal
 
-    d_block, settle, d_rounds = INTERLEAVED[kind]
+    d_block, settle, d_rounds = (ONE_EPOCH if one_epoch else INTERLEAVED)[kind]
     block, rounds = block or d_block, rounds or d_rounds
     with tempfile.TemporaryDirectory(prefix="dldoctor-overhead-") as tmp:
         out = os.path.join(tmp, "result.json")
@@ -611,7 +621,8 @@ def main(argv=None) -> int:
         action="store_true",
         help="--interleaved: no new workers each side, a loader's steady state (--parts "
         "watcher: one iterator, the watcher stopped and running; else one iterator a side, "
-        "each made under its side, blocks alternating between them)",
+        "each made under its side, blocks alternating between them; tiny-2: 1,200 rounds of "
+        "100 batches a side)",
     )
     ap.add_argument(
         "--jobs",
