@@ -43,10 +43,11 @@ watcher, every thread, per batch) and the watcher's share of a core. `--parts ho
 `--parts watcher` takes only that part out of an unwatched epoch: what each costs alone
 (`--parts worker-hooks`: only the hooks in the workers, in fork workers; `--parts none`: an
 A/A run, both sides watched, what the method itself reads). `--one-epoch` forks no workers
-between a side's blocks: each side keeps one iterator, made under it, for 10 rounds (a
+between a side's blocks: each side keeps one iterator, made under it, for 15,000 batches (a
 loader's steady state, as in one long epoch), then a new pair is made, the sides in the other
 order (with one pair for the whole job, one job read 0.96 and the next 0.98: a pair's lot
-stays with it).
+stays with it). Its blocks are short (tiny-2: 100 batches a side, 1,200 rounds), which
+narrows a job's interval to about +-1 point.
 
     python bench/overhead.py --interleaved [--kinds tiny-0,tiny-2] [--rounds N] [--parts all]
         [--jobs N]
