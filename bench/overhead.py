@@ -281,7 +281,7 @@ ONE_EPOCH = {**INTERLEAVED, "tiny-2": (100, 200, 1200)}
 # new pair is made (new_pair). Whatever the block: what a new worker costs the watcher (found,
 # read afresh, its memory walked once it is 2 s old) belongs to a worker's start, not to a
 # loader's steady state, and a pair renewed every 10 blocks of 100 batches (~3 s) charged it to
-# the watched side: 0.974 kept, against 0.977-0.981 with pairs of 15,000 batches.
+# the watched side: 0.974 kept, against 0.977-0.984 with pairs of 15,000 batches.
 PAIR_BATCHES = 15_000
 
 
