@@ -10,7 +10,10 @@ fetch rate the hook's sample sees and how cold its memory is when it runs. A hoo
 all measured while the hooked fetches come under trace::kSampleAbovePerSecond a second (its
 rate counts the plain blocks' time too); a longer `--block` at a short gap makes it a
 sample. Figures: the median over rounds of each side's mean time per fetch, their ratio, and
-how many of a hooked block's fetches were measured (events in the ring).
+how many of a hooked block's fetches were measured (events in the ring). `--pass-through`
+adds a third side to each round, a C hook that only calls torch's fetch through (what calling
+it from C costs, apart from the hook's own work), and the median of the rounds' paired
+differences against plain.
 
 A worker of the `num_workers=2` tiny-batch loop in bench/overhead.py fetches ~700 times a
 second, so every fetch is measured there: the `--gap-us 1000` row is the closest to it.
@@ -31,6 +34,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--block", type=int, default=200)
     ap.add_argument("--gap-us", default="0,200,500,1000")
+    ap.add_argument("--pass-through", action="store_true")
     a = ap.parse_args()
 
     from torch.utils.data._utils.collate import default_collate
@@ -49,8 +53,12 @@ def main() -> None:
     data = list(range(10**7))
     # One fetcher a side: nothing the hook leaves on a fetcher (an experiment kept its
     # collate hook in place between fetches) reaches torch's side.
+    # An index_get-role hook calls through and, given a batch (not a task tuple), only counts
+    # an epoch in the context: nothing else of the hook runs.
+    passthru = _ext.hot_method("index_get", plain)
     fetchers = {
-        id(f): _MapDatasetFetcher(data, True, default_collate, False) for f in (plain, hooked)
+        id(f): _MapDatasetFetcher(data, True, default_collate, False)
+        for f in (plain, hooked, passthru)
     }
     worker.CTX.begin_worker(1, 0)  # this process is worker 0 of loader 1
 
@@ -74,12 +82,14 @@ def main() -> None:
             start += a.block
             return total / a.block
 
-        plains, hookeds, ratios, measured = [], [], [], []
+        plains, hookeds, passes, ratios, measured = [], [], [], [], []
         for _ in range(a.rounds):
             p0 = block(plain)
             ring.drain()
             h = block(hooked)
             measured.append(len(ring.drain()))
+            if a.pass_through:
+                passes.append(block(passthru))
             p1 = block(plain)
             plains.append((p0 + p1) / 2)
             hookeds.append(h)
@@ -92,6 +102,13 @@ def main() -> None:
             f"of {a.block}",
             flush=True,
         )
+        if a.pass_through:
+            hooked_d = statistics.median(h - p for h, p in zip(hookeds, plains)) / 1e3
+            pass_d = statistics.median(q - p for q, p in zip(passes, plains)) / 1e3
+            print(
+                f"  paired against plain: hooked {hooked_d:+.2f} us, pass-through {pass_d:+.2f} us",
+                flush=True,
+            )
     worker.CTX.loader = 0
     hooks.uninstall()
     ring.close()
