@@ -11,9 +11,9 @@ all measured while the hooked fetches come under trace::kSampleAbovePerSecond a 
 rate counts the plain blocks' time too); a longer `--block` at a short gap makes it a
 sample. Figures: the median over rounds of each side's mean time per fetch, their ratio, and
 how many of a hooked block's fetches were measured (events in the ring). `--pass-through`
-adds a third side to each round, a C hook that only calls torch's fetch through (what calling
-it from C costs, apart from the hook's own work), and the median of the rounds' paired
-differences against plain.
+adds a third side to each round, after the hooked block, a C hook that only calls torch's fetch
+through (what calling it from C costs, apart from the hook's own work), and prints the median
+of the rounds' paired differences against plain.
 
 A worker of the `num_workers=2` tiny-batch loop in bench/overhead.py fetches ~700 times a
 second, so every fetch is measured there: the `--gap-us 1000` row is the closest to it.
