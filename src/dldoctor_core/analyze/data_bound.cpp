@@ -19,10 +19,6 @@ bool stalled(const LoaderView& l) noexcept {
   return judged(l) && *l.data_stall_fraction >= kDataStallFraction;
 }
 
-bool keeps_up(const LoaderView& l) noexcept {
-  return judged(l) && *l.data_stall_fraction < kDataStallFraction;
-}
-
 std::string too_short_to_judge(const JobView& job) {
   const LoaderView* closest = nullptr;
   for (const LoaderView& l : job.loaders) {
@@ -72,6 +68,11 @@ std::optional<double> stall_beyond_handover(const LoaderView& l) noexcept {
   const std::optional<double> loop = loop_mean_s(l);
   if (!handover || !loop) return std::nullopt;
   return std::max(0.0, *l.wait_mean_s - *handover) / *loop;
+}
+
+bool keeps_up(const LoaderView& l) noexcept {
+  return judged(l) &&
+         stall_beyond_handover(l).value_or(*l.data_stall_fraction) < kDataStallFraction;
 }
 
 std::string unexplained_stall(const JobView& job) {

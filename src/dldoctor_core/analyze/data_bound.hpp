@@ -42,7 +42,9 @@ inline constexpr int64_t kMinStackSamples = 20;
 bool judged(const LoaderView& l) noexcept;
 /// Enough batches to judge, and the loop waits on the loader at least kDataStallFraction.
 bool stalled(const LoaderView& l) noexcept;
-/// Enough batches to judge, and the loop waits on the loader less than kDataStallFraction.
+/// Enough batches to judge, and the loop waits for batches not yet made (stall_beyond_handover,
+/// or the whole stall where the hand-over is unknown) less than kDataStallFraction: the workers
+/// make the batches in time, whatever their hand-over costs.
 bool keeps_up(const LoaderView& l) noexcept;
 
 /// Why `job` is too short to call healthy: "" when a loader of it has enough batches and loop

@@ -53,7 +53,7 @@ std::vector<report::Finding> run_rules(const JobView& job) {
   emit(out, slow_collate::detect(job));
   emit(out, io_bound::detect(job));
   emit(out, slow_handover::detect(job));
-  emit(out, main_process_bound::detect(job));
+  emit(out, main_process_bound::detect(job, out));
   emit(out, thread_oversubscription::detect(job));
   emit(out, cow_memory_growth::detect(job));
   emit(out, worker_startup_cost::detect(job));

@@ -30,12 +30,17 @@ struct Evidence {
   report::Rank rank;
   int loader = -1;                 ///< the one loader judged, else -1
   double data_stall_fraction = 0;  ///< the highest of the loaders judged
+  /// That loader's wait for batches not yet made (the rest is their hand-over), when known.
+  std::optional<double> stall_beyond_handover_fraction;
   double main_process_cpu_pct = 0;
   std::optional<double> consumer_step_ms, wait_per_batch_ms, consumer_batches_per_s;
   int num_workers = 0;
   int main_pid = 0;
 };
-std::optional<Evidence> detect(const JobView& job);
+/// Silent where a loader waits for batches not yet made (the data-bound rules speak) or where
+/// `found`, the findings of the rules run before it, has slow_handover: its fix is a loader
+/// setting, and "leave the DataLoader as it is" beside it would contradict it.
+std::optional<Evidence> detect(const JobView& job, const std::vector<report::Finding>& found);
 report::Finding finding(const Evidence& e);
 
 /// At a hang: a main process whose stack is outside the DataLoader.
