@@ -9,7 +9,10 @@ machine's load hits every side alike. Prints each run's batches/s (the job's own
 its loop), the verdict and the hand-over the report measured, then each side's median and its
 ratio to the job's own settings, and the load average.
 
-    python bench/handover_prescription.py [--rounds 3] [--seconds 10]
+`--busy-step`: the scenario's other form, 8 tensors a batch behind a step of torch ops that
+keeps every core busy (`--busy-step --fields 8` on every side).
+
+    python bench/handover_prescription.py [--rounds 3] [--seconds 10] [--busy-step]
 """
 
 from __future__ import annotations
@@ -27,15 +30,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "tests", "scenarios", "slow_handover.py")
 # Each side: (dldoctor run's arguments, the job's arguments).
 SIDES = {
-    "own settings (32 tensors, file_descriptor)": ([], []),
+    "own settings (file_descriptor)": ([], []),
     "set_sharing_strategy('file_system')": ([], ["--strategy", "file_system"]),
     "one tensor a batch (fields stacked)": ([], ["--healthy"]),
     "--set num_workers=0": (["--set", "num_workers=0"], []),
 }
 
 
-def run(seconds: float, side: tuple[list[str], list[str]], report: str) -> tuple[float, dict]:
+def run(
+    seconds: float, side: tuple[list[str], list[str]], report: str, extra: list[str]
+) -> tuple[float, dict]:
     doctor, job = side
+    job = [*job, *extra]
     cmd = [sys.executable, "-m", "dldoctor", "run", "-q", "--json", report, *doctor, "--"]
     cmd += [sys.executable, SCRIPT, "--seconds", str(seconds), *job]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 10 + 120)
@@ -60,7 +66,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--busy-step", action="store_true", help="8 tensors, a step of torch ops")
     args = ap.parse_args()
+    extra = ["--busy-step", "--fields", "8"] if args.busy_step else []
     tmp = tempfile.mkdtemp(prefix="dldoctor-bench-")
     names = list(SIDES)
     rates: dict[str, list[float]] = {n: [] for n in names}
@@ -68,7 +76,7 @@ def main() -> int:
     for r in range(args.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
-            rate, rep = run(args.seconds, SIDES[name], os.path.join(tmp, f"{r}.json"))
+            rate, rep = run(args.seconds, SIDES[name], os.path.join(tmp, f"{r}.json"), extra)
             rates[name].append(rate)
             print(
                 f"round {r + 1}: {name}: {rate:.1f} batches/s, verdict {rep['verdict']}, "

@@ -84,7 +84,8 @@ def test_the_process_dict_keeps_its_keys_in_order():
     proc = _ext.Sampler(os.getpid()).sample_once()["processes"][0]
     assert list(proc) == [
         "pid", "ppid", "state", "comm", "num_threads", "active_threads", "cpu_pct",
-        "runq_delay_pct", "voluntary_cs_per_s", "involuntary_cs_per_s", "rss_bytes",
+        "runq_delay_pct", "runq_wait_per_slice_us", "voluntary_cs_per_s",
+        "involuntary_cs_per_s", "rss_bytes",
         "pss_bytes", "private_dirty_bytes", "smaps_fresh", "read_bytes_per_s", "rchar_per_s",
         "read_bytes_total", "rchar_total", "cpu_ns_total", "open_fds", "minor_faults_per_s",
         "major_faults_per_s", "wchan", "threads",

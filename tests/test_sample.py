@@ -13,6 +13,7 @@ _ext = pytest.importorskip("dldoctor._ext")
 
 PROCESS_KEYS = {
     "pid", "ppid", "state", "comm", "num_threads", "cpu_pct", "runq_delay_pct",
+    "runq_wait_per_slice_us",
     "voluntary_cs_per_s", "involuntary_cs_per_s", "rss_bytes", "pss_bytes",
     "private_dirty_bytes", "read_bytes_per_s", "rchar_per_s", "read_bytes_total", "rchar_total",
     "cpu_ns_total", "open_fds", "wchan", "threads", "minor_faults_per_s", "major_faults_per_s",
@@ -99,8 +100,8 @@ def test_snapshot_shape_and_first_pass_unknown():
         assert set(p) == PROCESS_KEYS
         assert p["comm"] == "sleep" and p["ppid"] == os.getpid()
         # No previous pass: every rate is unknown, never 0.
-        for key in ("cpu_pct", "runq_delay_pct", "read_bytes_per_s", "rchar_per_s",
-                    "voluntary_cs_per_s", "involuntary_cs_per_s"):
+        for key in ("cpu_pct", "runq_delay_pct", "runq_wait_per_slice_us", "read_bytes_per_s",
+                    "rchar_per_s", "voluntary_cs_per_s", "involuntary_cs_per_s"):
             assert p[key] is None, key
         assert snap["machine"]["cpu_busy_pct"] is None
         # Counters and sizes are known at once.
@@ -171,6 +172,9 @@ def test_run_queue_delay_rises_when_four_share_one_core():
     assert shared > 2 * alone, (shared, alone)
     for p in children:
         assert p["cpu_pct"] < 60, p  # a quarter of one core each, give or take
+        # Each time one gets the core it has waited for the others' turns: a millisecond or
+        # more (a thread woken on a free core waits microseconds).
+        assert p["runq_wait_per_slice_us"] > 300, p
 
 
 def test_threads_are_listed_when_thread_sampling_is_on():

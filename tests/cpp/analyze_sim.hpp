@@ -116,6 +116,7 @@ struct Proc {
   std::optional<double> ics_per_s;
   std::optional<double> read_bytes_per_s;
   std::optional<double> rchar_per_s;
+  std::optional<double> runq_wait_per_slice_us;
 };
 
 /// The main process and the workers of `l` with the given figures.
@@ -150,6 +151,7 @@ inline void feed_passes(Session& s, int64_t t0, double seconds, const std::vecto
       x.num_threads = 1;
       x.cpu_pct = p.cpu_pct;
       x.runq_delay_pct = p.runq_delay_pct;
+      x.runq_wait_per_slice_us = p.runq_wait_per_slice_us;
       x.involuntary_cs_per_s = p.ics_per_s;
       x.voluntary_cs_per_s = 10.0;
       x.read_bytes_per_s = p.read_bytes_per_s;

@@ -297,6 +297,33 @@ SCENARIOS: list[dict] = [
         "checks": {"verdict": "healthy"},
     },
     {
+        # The same bottleneck behind a step of torch ops on every core: the main process's own
+        # threads queue for the cores, which is not the hand-over's (8 tensors a batch, ~4 ms).
+        "name": "slow_handover/busy_step",
+        "script": "slow_handover",
+        "args": ["--busy-step", "--fields", "8", "--seconds", "8"],
+        "expect": "slow_handover",
+        "checks": {
+            "verdict": "slow_handover",
+            "findings": {
+                "slow_handover": {
+                    "severity": "critical",
+                    "evidence": {
+                        "handover_fraction": {">": 0.05},
+                        "stall_beyond_handover_fraction": {"<": 0.05},
+                    },
+                }
+            },
+        },
+    },
+    {
+        "name": "slow_handover/busy_step/healthy",
+        "script": "slow_handover",
+        "args": ["--busy-step", "--fields", "8", "--healthy", "--seconds", "8"],
+        "expect": "healthy",
+        "checks": {"verdict": "healthy", "absent": ["slow_handover"]},
+    },
+    {
         "name": "main_process_bound",
         "script": "main_process_bound",
         "args": ["--seconds", "7"],

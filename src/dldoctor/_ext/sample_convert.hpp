@@ -17,8 +17,9 @@ DLDOCTOR_FIELDS(MachineFields, cpu_busy_pct, cpu_steal_pct, mem_available_bytes,
                 swap_out_per_s, cpu_pressure_some, io_pressure_some, mem_pressure_some,
                 shm_used_bytes, shm_total_bytes);
 DLDOCTOR_FIELDS(ProcessIdFields, pid, ppid);
-DLDOCTOR_FIELDS(ProcessUseFields, cpu_pct, runq_delay_pct, voluntary_cs_per_s,
-                involuntary_cs_per_s, rss_bytes, pss_bytes, private_dirty_bytes);
+DLDOCTOR_FIELDS(ProcessUseFields, cpu_pct, runq_delay_pct, runq_wait_per_slice_us,
+                voluntary_cs_per_s, involuntary_cs_per_s, rss_bytes, pss_bytes,
+                private_dirty_bytes);
 DLDOCTOR_FIELDS(ProcessIoFields, read_bytes_per_s, rchar_per_s, read_bytes_total, rchar_total,
                 cpu_ns_total, open_fds);
 

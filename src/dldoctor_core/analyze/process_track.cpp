@@ -22,7 +22,7 @@ void ProcessTrack::ingest(const sample::Snapshot& s) {
         ps.active_threads ? std::optional<double>(*ps.active_threads) : std::nullopt;
     p.procs.push_back(Proc{ps.pid, ps.cpu_pct, ps.runq_delay_pct, ps.involuntary_cs_per_s,
                            ps.voluntary_cs_per_s, ps.read_bytes_per_s, ps.rchar_per_s, threads,
-                           active, ps.rss_bytes});
+                           active, ps.runq_wait_per_slice_us, ps.rss_bytes});
     auto it = pids_.find(ps.pid);
     if (it == pids_.end()) {
       if (pids_.size() >= kMaxPids) continue;
@@ -42,6 +42,7 @@ void ProcessTrack::ingest(const sample::Snapshot& s) {
     t.rchar_ps.add(ps.rchar_per_s);
     t.threads.add(threads);
     t.active.add(active);
+    t.wait_per_slice.add(ps.runq_wait_per_slice_us);
     if (ps.open_fds) t.open_fds_max = std::max(t.open_fds_max.value_or(0), *ps.open_fds);
     if (ps.rss_bytes) t.rss_max = std::max(t.rss_max.value_or(0), *ps.rss_bytes);
   }
@@ -79,9 +80,10 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
   ProcAgg a;
   if (pids.empty()) return a;
   const std::unordered_set<int> want(pids.begin(), pids.end());
-  double cpu = 0, runq = 0, ics = 0, vcs = 0, reads = 0, rchar = 0, threads = 0, active = 0;
+  double cpu = 0, runq = 0, ics = 0, vcs = 0, reads = 0, rchar = 0, threads = 0, active = 0,
+         per_slice = 0;
   int n_cpu = 0, n_runq = 0, n_ics = 0, n_vcs = 0, n_reads = 0, n_rchar = 0, n_threads = 0,
-      n_active = 0;
+      n_active = 0, n_per_slice = 0;
   std::unordered_map<int, std::pair<double, int>> active_each;  // pid -> (sum, n)
 
   if (from_ns < 0) {
@@ -102,6 +104,7 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
       rchar += t.rchar_ps.sum, n_rchar += t.rchar_ps.n;
       threads += t.threads.sum, n_threads += t.threads.n;
       active += t.active.sum, n_active += t.active.n;
+      per_slice += t.wait_per_slice.sum, n_per_slice += t.wait_per_slice.n;
       if (t.active.n) active_each[pid] = {t.active.sum, t.active.n};
       if (auto m = t.cpu.mean()) a.cpu_pct_each.emplace_back(pid, *m);
       if (t.open_fds_max && (!a.open_fds_max || *t.open_fds_max > *a.open_fds_max)) {
@@ -135,6 +138,7 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
           e.first += *pr.cpu_pct, ++e.second;
         }
         if (pr.runq_delay_pct) runq += *pr.runq_delay_pct, ++n_runq;
+        if (pr.wait_per_slice) per_slice += *pr.wait_per_slice, ++n_per_slice;
         if (pr.ics) ics += *pr.ics, ++n_ics;
         if (pr.vcs) vcs += *pr.vcs, ++n_vcs;
         if (pr.read_bps) pass_reads += *pr.read_bps, any_reads = true, ++n_reads;
@@ -167,6 +171,7 @@ ProcAgg ProcessTrack::aggregate(const std::vector<int>& pids, int64_t from_ns,
   }
   set_mean(a.cpu_pct, cpu, n_cpu);
   set_mean(a.runq_delay_pct, runq, n_runq);
+  set_mean(a.runq_wait_per_slice_us, per_slice, n_per_slice);
   set_mean(a.involuntary_cs_per_s, ics, n_ics);
   set_mean(a.voluntary_cs_per_s, vcs, n_vcs);
   set_mean(a.threads, threads, n_threads);

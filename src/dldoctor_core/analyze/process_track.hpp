@@ -21,6 +21,9 @@ struct ProcAgg {
   int samples = 0;                                ///< (pass, pid) pairs seen
   std::optional<double> cpu_pct;                  ///< mean per process, % of one core
   std::optional<double> runq_delay_pct;           ///< mean per process, % of wall
+  /// Mean per process: its wait for a CPU each time one was given to it, µs
+  /// (sample::ProcessSample::runq_wait_per_slice_us).
+  std::optional<double> runq_wait_per_slice_us;
   std::optional<double> involuntary_cs_per_s;     ///< mean per process
   std::optional<double> voluntary_cs_per_s;       ///< mean per process
   std::optional<double> read_bytes_per_s;         ///< all the set together: from storage
@@ -80,7 +83,7 @@ class ProcessTrack {
   struct Proc {  // one process in one kept pass
     int pid = 0;
     std::optional<double> cpu_pct, runq_delay_pct, ics, vcs, read_bps, rchar_ps;
-    std::optional<double> threads, active_threads;
+    std::optional<double> threads, active_threads, wait_per_slice;
     std::optional<int64_t> rss;
   };
   struct Pass {
@@ -103,7 +106,7 @@ class ProcessTrack {
     int64_t first_seq = 0, last_seq = 0;
     int samples = 0;
     Sum cpu, runq, ics, vcs, read_bps, rchar_ps;
-    Sum threads, active;
+    Sum threads, active, wait_per_slice;
     std::optional<int64_t> open_fds_max, rss_max;
   };
 

@@ -107,6 +107,9 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
   list_threads(ctx, stat->num_threads.value_or(1));
   const uint64_t stamp = reads_;
   int64_t run_delta = 0, wait_delta = 0;
+  // Times given a CPU, over the threads whose count both passes read (else unknown).
+  int64_t slices_delta = 0;
+  bool slices_known = true;
   bool sched_known = false;
   int active = 0;
   out.threads.clear();
@@ -128,6 +131,10 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
       if (th.run_ns && th.wait_ns) {
         thread_run_delta = std::max<int64_t>(0, sched->run_ns - *th.run_ns);
         thread_wait_delta = std::max<int64_t>(0, sched->wait_ns - *th.wait_ns);
+        if (sched->timeslices && th.slices)
+          slices_delta += std::max<int64_t>(0, *sched->timeslices - *th.slices);
+        else
+          slices_known = false;
         run_delta += *thread_run_delta;
         wait_delta += *thread_wait_delta;
         if (have_last && double(*thread_run_delta + *thread_wait_delta) >=
@@ -136,10 +143,15 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
       } else if (have_last) {
         run_delta += sched->run_ns;
         wait_delta += sched->wait_ns;
+        if (sched->timeslices)
+          slices_delta += *sched->timeslices;
+        else
+          slices_known = false;
         if (double(sched->run_ns + sched->wait_ns) >= kActiveThreadShare * double(dt)) ++active;
       }
       th.run_ns = sched->run_ns;
       th.wait_ns = sched->wait_ns;
+      th.slices = sched->timeslices;
     }
     if (!ctx.threads) continue;
 
@@ -189,6 +201,8 @@ ReadStatus ProcessReader::read(PassContext& ctx, ProcessSample& out) {
     if (sched_known) {
       out.runq_delay_pct = 100.0 * double(wait_delta) / double(dt);
       out.active_threads = active;
+      if (slices_known && slices_delta > 0)
+        out.runq_wait_per_slice_us = 1e-3 * double(wait_delta) / double(slices_delta);
     }
   }
   last_ticks_ = ticks;

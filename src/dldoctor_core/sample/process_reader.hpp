@@ -76,6 +76,7 @@ class ProcessReader {
     ProcFile schedstat;
     ProcFile stat;  // opened only when thread sampling is on
     std::optional<int64_t> run_ns, wait_ns, ticks;
+    std::optional<int64_t> slices;  // schedstat's times given a CPU
     uint64_t seen = 0;
   };
 

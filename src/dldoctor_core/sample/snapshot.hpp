@@ -35,6 +35,11 @@ struct ProcessSample {
   int num_threads = 0;
   std::optional<double> cpu_pct;          ///< user+sys, % of one core over the interval
   std::optional<double> runq_delay_pct;   ///< schedstat wait time, % of wall (all threads)
+  /// That wait over the times its threads were given a CPU (schedstat's third field), in µs:
+  /// how long a thread that became runnable typically waited for a core. A process woken
+  /// often on a free machine waits microseconds each time; beside busy threads that hold
+  /// the cores, a millisecond or more.
+  std::optional<double> runq_wait_per_slice_us;
   /// Threads that ran or waited for a CPU at least kActiveThreadShare of the interval (from
   /// the schedstat every thread's run and wait are read from anyway): a thread pool that
   /// computes or spins counts, one that sleeps does not. Empty when schedstat is unreadable.

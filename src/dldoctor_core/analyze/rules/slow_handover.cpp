@@ -30,9 +30,18 @@ std::vector<Evidence> detect(const JobView& job) {
     // that answers for its tensors, waits for a core (its run-queue delay: one tensor's
     // hand-over reads 2-3 ms beside two CPU burners); on a virtual machine the hypervisor
     // may not run its CPUs at all (steal), which no run queue shows.
-    const double queued =
+    double queued =
         std::max(l.main.runq_delay_pct.value_or(0), l.fetchers.runq_delay_pct.value_or(0)) /
         100.0 * loop;
+    // But the run queue over the whole loop is not all the hand-over's: a step that keeps
+    // several threads of the main process busy queues them for the cores it fills itself,
+    // and a batch of many tensors queues the processes once per wake-up of its own round
+    // trips. What the machine takes from a hand-over is a few wake-ups, each as long as a
+    // woken thread of that process waits for a core here.
+    if (l.main.runq_wait_per_slice_us && l.fetchers.runq_wait_per_slice_us)
+      queued = std::min(queued, kHandoverWakeups * 1e-6 *
+                                    (*l.main.runq_wait_per_slice_us +
+                                     *l.fetchers.runq_wait_per_slice_us));
     const double stolen = job.machine.cpu_steal_pct.value_or(0) / 100.0 * loop;
     const double net = std::max(0.0, h - queued - stolen);
     if (net / loop < kHandoverFraction || net < kMinHandoverS) continue;

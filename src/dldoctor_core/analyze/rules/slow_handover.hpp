@@ -29,6 +29,14 @@ inline constexpr double kHandoverFraction = kDataStallFraction;
 /// ~10 ms there, 16 ~4 ms.
 inline constexpr double kMinHandoverS = 0.002;
 
+/// Wake-ups of each side a hand-over that no setting can shorten makes wait for a core: the
+/// main process woken by the queue's message and by the answer for a tensor's descriptor, the
+/// worker's thread that answers woken by the request, for a batch of one tensor or a few.
+/// Where the processes' wait per CPU slice is known, the machine's share of a hand-over is
+/// at most this many of each side's waits: a batch of many tensors wakes both sides many
+/// times more, and that part fewer tensors buy back however busy the machine is.
+inline constexpr double kHandoverWakeups = 4;
+
 /// Stepped batches whose hand-over must have been measured (the worker's fetch end known, a
 /// wait of 1 ms or more) before the hand-over is named: the quickest-tenth estimate of the
 /// others is a floor for a fast loop's transfer, not a measurement of a slow one.
