@@ -263,6 +263,25 @@ SCENARIOS: list[dict] = [
         "args": ["--source", "disk", "--healthy", "--seconds", "7"],
         "expect": "no io_bound",
     },
+    {
+        # The same device read through a mapping (np.load(mmap_mode="r"), safetensors, Arrow):
+        # no read() at all, the worker waits in page faults; the bytes still count as read.
+        "name": "io_bound/disk/mmap",
+        "script": "io_bound",
+        "args": ["--source", "disk", "--read", "mmap", "--seconds", "7"],
+        "expect": "io_bound",
+        "needs": {"root": True},
+        "checks": {
+            "verdict": "io_bound",
+            "findings": {"io_bound": {"evidence": {"storage_read_mb_per_s": {">": 0, "<": 8}}}},
+        },
+    },
+    {
+        "name": "io_bound/disk/mmap/healthy",
+        "script": "io_bound",
+        "args": ["--source", "disk", "--read", "mmap", "--healthy", "--seconds", "7"],
+        "expect": "no io_bound",
+    },
     # -- beyond the field guide: the batch's way from its worker to the main process ---------
     {
         "name": "slow_handover",

@@ -4,11 +4,14 @@
 a delay, as a remote store would. `--source disk`: the reads go to a block device held to a
 few MB/s by a blkio cgroup throttle (v1), with the files evicted from the page cache, so each
 read waits on the device; exits 77 with the reason when the kernel or the sandbox refuses
-(not root, no blkio controller, no block device behind the folder).
+(not root, no blkio controller, no block device behind the folder). `--read mmap`: the same
+files mapped and copied out of the mapping, as np.load(mmap_mode="r") or a memory-mapped Arrow
+table reads them: the worker waits in page faults, never in read().
 Healthy twin (`--healthy`): the server answers at once / no throttle, files kept in the page
 cache.
 """
 
+import mmap
 import os
 import shutil
 import socket
@@ -148,8 +151,8 @@ def evict(path):
 
 
 class Files(Dataset):
-    def __init__(self, paths, evict_after_read):
-        self.paths, self.evict_after_read = paths, evict_after_read
+    def __init__(self, paths, evict_after_read, mapped=False):
+        self.paths, self.evict_after_read, self.mapped = paths, evict_after_read, mapped
 
     def __len__(self):
         return 100_000
@@ -157,7 +160,11 @@ class Files(Dataset):
     def __getitem__(self, i):
         path = self.paths[i % len(self.paths)]
         with open(path, "rb") as f:
-            data = f.read()
+            if self.mapped:  # page faults instead of read(): as np.load(mmap_mode="r") reads
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                    data = m[:]
+            else:
+                data = f.read()
         if self.evict_after_read:  # the next epoch reads from the device again
             evict(path)
         return torch.frombuffer(bytearray(data[:1024]), dtype=torch.uint8).float()
@@ -178,7 +185,8 @@ def from_disk(args):
             os.sync()
             for p in paths:
                 evict(p)
-        loader = DataLoader(Files(paths, not args.healthy), batch_size=2, num_workers=1)
+        files = Files(paths, not args.healthy, args.read == "mmap")
+        loader = DataLoader(files, batch_size=2, num_workers=1)
         print("batches:", consume(loader, args.seconds))
     finally:
         if cg:
@@ -193,6 +201,12 @@ def main():
         choices=("socket", "disk"),
         default="socket",
         help="where the samples are read from",
+    )
+    ap.add_argument(
+        "--read",
+        choices=("read", "mmap"),
+        default="read",
+        help="--source disk: read() each file, or map it and copy its pages",
     )
     args = ap.parse_args()
     if args.source == "disk":
