@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -121,6 +122,12 @@ def entry_fault(entry: dict) -> Iterator[tuple[list[str], list[str]]]:
     elif "memory_cgroup_mib" in needs:
         with _faults.memory_limit_cgroup(needs["memory_cgroup_mib"] << 20) as cg:
             yield [], ["--cgroup", cg.path]
+    elif "cpu_quota" in needs:
+        with _faults.cpu_quota_cgroup(needs["cpu_quota"]) as cg:
+            # The doctor and the job both inside, as in a container: the shell moves itself in
+            # and becomes the command.
+            enter = f'echo $$ > {shlex.quote(os.path.join(cg.path, "cgroup.procs"))} && exec "$@"'
+            yield ["sh", "-c", enter, "sh"], []
     else:
         yield [], []
 

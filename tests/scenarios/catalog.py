@@ -15,7 +15,9 @@ bench/accuracy.py runs them all and prints a confusion table. Each entry:
     needs        the real fault to set up around it: {"shm_mib": N} (a mount namespace whose
                  /dev/shm is N MiB), {"memory_cgroup_mib": N} (a memory cgroup of N MiB whose
                  path is passed as --cgroup), {"root": True}, {"cpus": N} (at least N CPUs in
-                 the affinity), {"no_accelerator": True} (torch sees no CUDA device)
+                 the affinity), {"no_accelerator": True} (torch sees no CUDA device),
+                 {"cpu_quota": N} (`dldoctor run` and the job inside a cgroup whose CPU quota
+                 is N CPUs, as in a container)
     ranks        N: the job is started by torchrun with N ranks on this node (each a main
                  process with its own loader; DDP over gloo on the CPU)
     timeout      seconds for the whole run (default 120)
@@ -116,6 +118,31 @@ SCENARIOS: list[dict] = [
                 }
             },
         },
+    },
+    # The same six workers not pinned but held by a CPU quota of one CPU (a container's
+    # --cpus 1, a pod's CPU limit): affinity shows both cores, the quota allows one.
+    {
+        "name": "too_many_workers/quota",
+        "script": "too_many_workers",
+        "args": ["--quota", "--seconds", "8"],
+        "expect": "too_many_workers",
+        "needs": {"cpu_quota": 1.0, "cpus": 2},
+        "checks": {
+            "verdict": "too_many_workers",
+            "findings": {
+                "too_many_workers": {
+                    "evidence": {"total_workers": 6, "usable_cpus": 1},
+                    "fix": {"contains": "num_workers=1"},
+                }
+            },
+        },
+    },
+    {
+        "name": "too_many_workers/quota/healthy",
+        "script": "too_many_workers",
+        "args": ["--quota", "--healthy", "--seconds", "8"],
+        "expect": "no too_many_workers",
+        "needs": {"cpu_quota": 1.0, "cpus": 2},
     },
     # Two torchrun ranks of three such workers each, all on one core: the node's six workers
     # are both ranks', and each rank's loader is prescribed its own count.
