@@ -6,6 +6,8 @@
 #include <cmath>
 #include <string_view>
 
+#include "dldoctor_core/analyze/code_owner.hpp"
+
 namespace dldoctor::analyze {
 
 std::optional<FetchCapacity> fetch_capacity(const LoaderView& l) noexcept {
@@ -319,17 +321,27 @@ const HotFunction* hottest_step(const std::vector<HotFunction>& hot) noexcept {
   double total = 0;
   for (const HotFunction& h : hot) total = std::max(total, h.cumulative_ms);
   if (total <= 0) return nullptr;
-  for (const HotFunction& h : hot) {  // hot is hottest first
-    if (h.cumulative_ms < kHotStepShare * total) break;
-    bool wrapper = false;
-    for (const char* w : kWrappers) {
-      const std::string_view n(h.name), ws(w);
-      // "Compose.__call__" counts as "__call__": compare the last dotted part.
-      const size_t dot = n.rfind('.');
-      if ((dot == std::string_view::npos ? n : n.substr(dot + 1)) == ws) wrapper = true;
+  auto first_step = [&](bool own_code_only) -> const HotFunction* {
+    for (const HotFunction& h : hot) {  // hot is hottest first
+      if (h.cumulative_ms < kHotStepShare * total) break;
+      if (own_code_only && (h.location.empty() || owner_of(h.location) != Owner::kUser))
+        continue;
+      bool wrapper = false;
+      for (const char* w : kWrappers) {
+        const std::string_view n(h.name), ws(w);
+        // "Compose.__call__" counts as "__call__": compare the last dotted part.
+        const size_t dot = n.rfind('.');
+        if ((dot == std::string_view::npos ? n : n.substr(dot + 1)) == ws) wrapper = true;
+      }
+      if (!wrapper) return &h;
     }
-    if (!wrapper) return &h;
-  }
+    return nullptr;
+  };
+  // The job's own code first: an installed package's frames around it (Hugging Face
+  // datasets' formatting that calls a set_transform function, say) are hotter than the
+  // user's function that does the work, and no advice can change them.
+  if (const HotFunction* own = first_step(true)) return own;
+  if (const HotFunction* any = first_step(false)) return any;
   const HotFunction* most_self = nullptr;
   for (const HotFunction& h : hot)
     if (h.self_ms && (!most_self || *h.self_ms > *most_self->self_ms)) most_self = &h;

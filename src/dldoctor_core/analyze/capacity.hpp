@@ -245,8 +245,9 @@ inline constexpr double kHotStepShare = 0.2;
 
 /// The hottest function that is a real step, not a wrapper whose cumulative time is all of
 /// the fetch (__getitem__, Compose.__call__, forward ...): the first by cumulative time
-/// with kHotStepShare of the total; else the one with the most self time (the work is in
-/// __getitem__'s own code); null when nothing is known.
+/// with kHotStepShare of the total, of the job's own code where one is (owner_of: not an
+/// installed package, the standard library or torch), else of any; else the one with the
+/// most self time (the work is in __getitem__'s own code); null when nothing is known.
 const HotFunction* hottest_step(const std::vector<HotFunction>& hot) noexcept;
 
 /// How to make one hot step of __getitem__ cheaper, by what its name says it does.

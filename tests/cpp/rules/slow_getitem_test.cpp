@@ -194,6 +194,18 @@ TEST(AnalyzeCapacity, HotStepSkipsWrappersAndSmallSteps) {
                                   {"helper", "ds.py:20", 19, 19.0, 1}};
   EXPECT_EQ(hottest_step(own)->name, "Rows.__getitem__");
   EXPECT_EQ(hottest_step({}), nullptr);
+  // Hugging Face datasets around a set_transform function: its own frames are hotter than
+  // the user's function, which is the one to name; an installed package's step is named
+  // only when no step of the job's own code is hot.
+  const std::string hf = "/venv/lib/python3.11/site-packages/datasets/arrow_dataset.py";
+  std::vector<HotFunction> wrapped = {{"Dataset.__getitems__", hf + ":3163", 590, 0.1, 4},
+                                      {"Dataset._getitem", hf + ":3128", 590, 0.2, 4},
+                                      {"format_table", hf + ":600", 580, 0.3, 4},
+                                      {"transform", "/home/me/train.py:8", 575, 2.0, 4},
+                                      {"avg_pool2d", "", 400, 400, 4}};
+  EXPECT_EQ(hottest_step(wrapped)->name, "transform");
+  wrapped[3].location = hf + ":700";
+  EXPECT_EQ(hottest_step(wrapped)->name, "Dataset._getitem");
   EXPECT_NE(hot_step_advice("decode_jpeg").find("draft"), std::string::npos);
   EXPECT_NE(hot_step_advice("resize").find("training size"), std::string::npos);
   EXPECT_EQ(workers_for(50, 0.1), 6);

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dldoctor_core/analyze/code_owner.hpp"
 #include "dldoctor_core/analyze/view.hpp"
 #include "dldoctor_core/report/finding.hpp"
 
@@ -30,14 +31,8 @@ struct Frame {
   std::string code;  ///< the source line under it ("" when the traceback has none)
 };
 
-/// Whose code a frame is.
-enum class Owner {
-  kUser,      ///< the job's own code
-  kLibrary,   ///< an installed package (site-/dist-packages) or the standard library
-  kTorch,     ///< torch itself (the DataLoader's machinery)
-  kDldoctor,  ///< dldoctor's hooks
-};
-Owner owner_of(std::string_view file) noexcept;
+using analyze::Owner;
+using analyze::owner_of;
 
 /// The frames of the last traceback in `text` (the exception raised; a chained one's
 /// context before it is skipped), oldest first.
