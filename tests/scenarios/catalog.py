@@ -204,6 +204,25 @@ SCENARIOS: list[dict] = [
         "checks": {"verdict": "healthy"},
     },
     {
+        # The same decode behind Hugging Face datasets' set_transform: datasets' formatting
+        # frames are hotter than the job's function, which the fix must still name.
+        "name": "slow_getitem/hf",
+        "script": "slow_getitem",
+        "args": ["--hf", "--seconds", "8"],
+        "expect": "slow_getitem",
+        "checks": {
+            "verdict": "slow_getitem",
+            "findings": {"slow_getitem": {"fix": {"contains": "in decode_batch ("}}},
+        },
+    },
+    {
+        "name": "slow_getitem/hf/healthy",
+        "script": "slow_getitem",
+        "args": ["--hf", "--healthy", "--seconds", "8"],
+        "expect": "healthy",
+        "checks": {"verdict": "healthy"},
+    },
+    {
         # A new DataLoader each 1.5 s epoch, iterated by the same line: one loader over its
         # epochs, judged as one (each epoch alone is too short for a verdict).
         "name": "slow_getitem/loader_per_epoch",

@@ -4,6 +4,9 @@ The images are made at start in a temporary folder. One worker, a light consumer
 Healthy twin (`--healthy`): the same images stored at training size (resized offline).
 `--loader-per-epoch S`: the same loop written as many scripts write it, a new DataLoader each
 epoch of S seconds (each epoch alone too short to judge): one loader to the doctor.
+`--hf`: the same images in a Hugging Face `datasets.Dataset` (a column of paths) decoded by
+its `set_transform` function, as Hugging Face's image recipes write it: datasets' own frames
+wrap the job's function in every fetch; the fix must name the job's function.
 """
 
 import os
@@ -51,9 +54,28 @@ class Photos(Dataset):
         return torch.from_numpy(np.asarray(im, dtype=np.float32)).permute(2, 0, 1)
 
 
+def decode_batch(batch):
+    """The set_transform function: decodes each path of the batch of rows it is given."""
+    return {
+        "pixel_values": [
+            torch.from_numpy(np.asarray(decode_and_resize(p), dtype=np.float32)).permute(2, 0, 1)
+            for p in batch["path"]
+        ]
+    }
+
+
+def hf_dataset(paths):
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"path": [paths[i % len(paths)] for i in range(12_000)]})
+    ds.set_transform(decode_batch)
+    return ds
+
+
 def main():
     ap = parser(__doc__)
     ap.add_argument("--loader-per-epoch", type=float, default=0, metavar="S")
+    ap.add_argument("--hf", action="store_true", help="a Hugging Face datasets.Dataset")
     args = ap.parse_args()
     folder = tempfile.mkdtemp(prefix="scenario-jpeg-")
     try:
@@ -66,7 +88,8 @@ def main():
                 n += consume(loader, min(args.loader_per_epoch, end - time.monotonic()))
             print("batches:", n)
             return
-        loader = DataLoader(Photos(paths), batch_size=8, num_workers=1)
+        dataset = hf_dataset(paths) if args.hf else Photos(paths)
+        loader = DataLoader(dataset, batch_size=8, num_workers=1)
         print("batches:", consume(loader, args.seconds))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
