@@ -113,6 +113,43 @@ TEST(AnalyzeCow, AnEarlyRiseThatSettlesIsNotGrowth) {
   EXPECT_NE(find(cow_run(4096, 32), "cow_memory_growth"), nullptr);
 }
 
+/// Two forked workers under the hooks, read at `samples` read each with Private_Dirty `mib`
+/// (RSS flat at 167 MiB: copies of shared pages).
+std::vector<cow_memory_growth::Evidence> read_at(const std::vector<int64_t>& samples,
+                                                 const std::vector<double>& mib) {
+  JobView v;
+  LoaderView l;
+  l.config.num_workers = 2;
+  l.config.start_method = trace::StartMethod::kFork;
+  for (int w = 0; w < 2; ++w) {
+    WorkerMemory wm{1000 + w, w, {}, false};
+    for (size_t i = 0; i < samples.size(); ++i)
+      wm.points.push_back(MemoryPoint{kT0 + int64_t(i) * kS, samples[i], int64_t(mib[i] * kMiB),
+                                      std::nullopt, int64_t(167 * kMiB)});
+    l.worker_memory.push_back(wm);
+  }
+  v.loaders.push_back(l);
+  v.machine.mem_available_last_bytes = int64_t(16) << 30;
+  return cow_memory_growth::detect(v);
+}
+
+TEST(AnalyzeCow, ACopyMadeOnceIsNotGrowth) {
+  // Recorded on slow_handover.py (32 tensors a sample): each worker's Private_Dirty stayed at
+  // 11 MiB, then rose to 46 MiB between two reads (a full garbage collection wrote to every
+  // object it tracks) and stayed. Read right after that step, it is one interval's rise, not
+  // growth with the samples: nothing until the next read shows it going on.
+  const std::vector<int64_t> at = {0, 1600, 3200, 4800};
+  EXPECT_TRUE(read_at(at, {11, 11, 11, 46}).empty());
+  EXPECT_TRUE(read_at({0, 1600, 3200, 4800, 6400}, {11, 11, 11, 46, 46}).empty());
+  // A worker of the same run whose step came in its first interval, then drifted 0.2 MiB over
+  // 464 samples (450 bytes a sample, over kCowMinBytesPerSample).
+  EXPECT_TRUE(read_at({336, 480, 944}, {12.5, 46.7, 46.9}).empty());
+  // The same 35 MiB over the same reads, rising at each: growth.
+  EXPECT_EQ(read_at(at, {11, 22.7, 34.3, 46}).size(), 1u);
+  // The step, then still rising at the next read (4.4 KiB a sample): growth.
+  EXPECT_EQ(read_at({0, 1600, 3200, 4800, 6400}, {11, 11, 11, 46, 53}).size(), 1u);
+}
+
 TEST(AnalyzeCow, MemoryTheWorkerAllocatesIsNotCopyOnWrite) {
   // shm_exhausted.py --healthy on a loaded machine: a worker's heap (512 KiB samples freed
   // back to malloc) grew 18.5 -> 53 MiB over 276 samples, its RSS with it. A copy turns a

@@ -34,6 +34,16 @@ std::optional<double> slope(const std::vector<MemoryPoint>& pts, bool over_time)
   return sxy / sxx;
 }
 
+/// Intervals between consecutive reads over which the copy rose at `min_slope` or more.
+size_t rising_intervals(const std::vector<MemoryPoint>& pts, bool over_time, double min_slope) {
+  size_t n = 0;
+  for (size_t i = 1; i < pts.size(); ++i) {
+    const double dx = x_of(pts[i], over_time) - x_of(pts[i - 1], over_time);
+    if (dx > 0 && double(pts[i].private_dirty - pts[i - 1].private_dirty) >= min_slope * dx) ++n;
+  }
+  return n;
+}
+
 /// The worker's private memory that it shared with the main process before. A copy-on-write
 /// turns a shared page private and leaves the RSS as it was; memory the worker allocates
 /// itself (a heap that grows with the batches it builds, the allocator's own caches) adds to
@@ -95,8 +105,14 @@ std::optional<Growth> growth_of(const WorkerMemory& wm) {
   });
   if (pts.end() - late_begin < 2) late_begin = pts.end() - 2;
   auto recent = slope(std::vector<MemoryPoint>(late_begin, pts.end()), g.over_time);
-  const double recent_min = g.over_time ? kCowMinBytesPerSecond : kCowMinRecentBytesPerSample;
+  // At a share of its own mean rate as well: a rise of 35 MiB then a drift of 0.2 MiB over
+  // the next 464 samples is 450 bytes a sample, over the bare minimum but a step that ended.
+  const double recent_min =
+      std::max(g.over_time ? kCowMinBytesPerSecond : kCowMinRecentBytesPerSample,
+               kCowMinRecentShare * g.slope);
   if (!recent || *recent < recent_min) return std::nullopt;
+  // Rising from read to read, not one step (a garbage collection's copy of the heap).
+  if (rising_intervals(pts, g.over_time, recent_min) < kCowMinRisingIntervals) return std::nullopt;
   return g;
 }
 

@@ -40,6 +40,20 @@ inline constexpr double kCowMinBytesPerSample = 256;
 /// epoch's end would call a settled worker a growing one.
 inline constexpr double kCowMinRecentBytesPerSample = kCowMinBytesPerSample;
 
+/// ...and at this share of the worker's mean slope over all its reads: growth that goes on,
+/// not a rise that ended in a drift.
+inline constexpr double kCowMinRecentShare = 0.25;
+
+/// Intervals between two reads over which the copy must rise at that recent rate:
+/// copy-on-write of a dataset's objects goes on from read to read, while a copy made once
+/// shows as one step. A full garbage collection writes to every object the collector tracks:
+/// in slow_handover.py (a torch job's heap), each worker's Private_Dirty went from 12 to
+/// 46 MiB within 0.2 s, every worker and the main process at the same moment, RSS flat, then
+/// stayed (none with the collector disabled; a page either process writes stops being shared
+/// by both). Read in the last interval, or followed by a drift of 0.2 MiB over 464 samples
+/// (450 bytes a sample), that one step passed every threshold above and read as growth.
+inline constexpr size_t kCowMinRisingIntervals = 2;
+
 /// Projected further growth of all the workers to the end of the epoch at which the
 /// finding is a warning: enough memory to matter on any machine, and it multiplies with
 /// num_workers. Below it (but growing) the finding is informational.
