@@ -19,4 +19,9 @@ enum class Owner {
 /// The owner of the source file `file` ("path.py", or "path.py:123").
 Owner owner_of(std::string_view file) noexcept;
 
+/// Whether `needle` occurs in `hay` (a path, a line of code, a message).
+inline bool contains(std::string_view hay, std::string_view needle) noexcept {
+  return hay.find(needle) != std::string_view::npos;
+}
+
 }  // namespace dldoctor::analyze

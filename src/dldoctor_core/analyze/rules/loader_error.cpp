@@ -13,10 +13,6 @@ namespace dldoctor::analyze::loader_error {
 
 namespace {
 
-bool has(std::string_view hay, std::string_view needle) noexcept {
-  return hay.find(needle) != std::string_view::npos;
-}
-
 std::string_view trim(std::string_view s) noexcept {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\r' || s.back() == '\n'))
@@ -77,7 +73,8 @@ bool same_error(const ErrorNote& w, const ErrorNote& l) {
   if (w.loader != l.loader || (w.t_ns && l.t_ns && w.t_ns > l.t_ns)) return false;
   if (w.type == l.type) return true;
   // torch re-raises as RuntimeError when the exception type cannot be rebuilt from a text.
-  return has(l.message, "Caught " + std::string(short_type(w.type)) + " in DataLoader worker");
+  return contains(l.message,
+                  "Caught " + std::string(short_type(w.type)) + " in DataLoader worker");
 }
 
 /// The stage that raised, from the frames: the collate_fn when torch's fetch called it, else
@@ -86,15 +83,15 @@ bool same_error(const ErrorNote& w, const ErrorNote& l) {
 std::string stage_of(const std::vector<Frame>& frames) {
   for (size_t i = frames.size(); i-- > 0;) {
     const Frame& f = frames[i];
-    if (owner_of(f.file) != Owner::kTorch || !has(f.file, "_utils/fetch.py")) continue;
-    if (has(f.code, "collate_fn")) return "collate_fn";
+    if (owner_of(f.file) != Owner::kTorch || !contains(f.file, "_utils/fetch.py")) continue;
+    if (contains(f.code, "collate_fn")) return "collate_fn";
     for (size_t j = i + 1; j < frames.size(); ++j)
       if (owner_of(frames[j].file) != Owner::kTorch) return frames[j].function;
     return "";
   }
   for (const Frame& f : frames)
-    if (owner_of(f.file) == Owner::kTorch && has(f.file, "_utils/worker.py") &&
-        has(f.code, "init_fn"))
+    if (owner_of(f.file) == Owner::kTorch && contains(f.file, "_utils/worker.py") &&
+        contains(f.code, "init_fn"))
       return "worker_init_fn";
   for (size_t i = frames.size(); i-- > 0;)
     if (owner_of(frames[i].file) == Owner::kUser) return frames[i].function;
