@@ -113,24 +113,30 @@ TEST(AnalyzeCow, AnEarlyRiseThatSettlesIsNotGrowth) {
   EXPECT_NE(find(cow_run(4096, 32), "cow_memory_growth"), nullptr);
 }
 
-/// Two forked workers under the hooks, read at `samples` read each with Private_Dirty `mib`
-/// (RSS flat at 167 MiB: copies of shared pages).
-std::vector<cow_memory_growth::Evidence> read_at(const std::vector<int64_t>& samples,
-                                                 const std::vector<double>& mib) {
+/// cow_memory_growth::detect over two forked workers read alike (`points`), under the hooks
+/// (per sample) or attached (`over_time`), with 16 GiB available.
+std::vector<cow_memory_growth::Evidence> two_workers(const std::vector<MemoryPoint>& points,
+                                                     bool over_time) {
   JobView v;
   LoaderView l;
   l.config.num_workers = 2;
   l.config.start_method = trace::StartMethod::kFork;
-  for (int w = 0; w < 2; ++w) {
-    WorkerMemory wm{1000 + w, w, {}, false};
-    for (size_t i = 0; i < samples.size(); ++i)
-      wm.points.push_back(MemoryPoint{kT0 + int64_t(i) * kS, samples[i], int64_t(mib[i] * kMiB),
-                                      std::nullopt, int64_t(167 * kMiB)});
-    l.worker_memory.push_back(wm);
-  }
+  for (int w = 0; w < 2; ++w)
+    l.worker_memory.push_back(WorkerMemory{1000 + w, w, points, over_time});
   v.loaders.push_back(l);
   v.machine.mem_available_last_bytes = int64_t(16) << 30;
   return cow_memory_growth::detect(v);
+}
+
+/// Read under the hooks at `samples` read each, with Private_Dirty `mib` (RSS flat at 167 MiB:
+/// copies of shared pages), a second apart.
+std::vector<cow_memory_growth::Evidence> read_at(const std::vector<int64_t>& samples,
+                                                 const std::vector<double>& mib) {
+  std::vector<MemoryPoint> points;
+  for (size_t i = 0; i < samples.size(); ++i)
+    points.push_back(MemoryPoint{kT0 + int64_t(i) * kS, samples[i], int64_t(mib[i] * kMiB),
+                                 std::nullopt, int64_t(167 * kMiB)});
+  return two_workers(points, false);
 }
 
 TEST(AnalyzeCow, ACopyMadeOnceIsNotGrowth) {
@@ -191,23 +197,13 @@ TEST(AnalyzeCow, ProjectionAgainstAvailableMemorySetsSeverity) {
 /// it (the worker's own memory, not copies).
 std::vector<cow_memory_growth::Evidence> attached(double mib_per_s, int seconds = 10,
                                                   double stop_s = 0, bool allocated = false) {
-  JobView v;
-  LoaderView l;
-  l.config.num_workers = 2;
-  l.config.start_method = trace::StartMethod::kFork;
-  for (int w = 0; w < 2; ++w) {
-    WorkerMemory wm{1000 + w, w, {}, true};
-    for (int t = 0; t <= seconds; t += 2) {
-      const double grown = mib_per_s * kMiB * (stop_s > 0 ? std::min<double>(t, stop_s) : t);
-      const int64_t rss = int64_t(450 * kMiB + (allocated ? grown : 0));
-      wm.points.push_back(
-          MemoryPoint{kT0 + t * kS, 0, int64_t(10 * kMiB + grown), std::nullopt, rss});
-    }
-    l.worker_memory.push_back(wm);
+  std::vector<MemoryPoint> points;
+  for (int t = 0; t <= seconds; t += 2) {
+    const double grown = mib_per_s * kMiB * (stop_s > 0 ? std::min<double>(t, stop_s) : t);
+    const int64_t rss = int64_t(450 * kMiB + (allocated ? grown : 0));
+    points.push_back(MemoryPoint{kT0 + t * kS, 0, int64_t(10 * kMiB + grown), std::nullopt, rss});
   }
-  v.loaders.push_back(l);
-  v.machine.mem_available_last_bytes = int64_t(16) << 30;
-  return cow_memory_growth::detect(v);
+  return two_workers(points, true);
 }
 
 TEST(AnalyzeCow, AttachedGrowthIsReadOverTime) {
