@@ -225,8 +225,6 @@ TEST(AnalyzeLoaderError, OtherErrorsAreNotItsOwn) {
 }
 
 TEST(AnalyzeLoaderError, TracebackFramesAndOwners) {
-  using loader_error::Owner;
-  using loader_error::owner_of;
   EXPECT_EQ(owner_of("/usr/lib/python3/dist-packages/torch/utils/data/_utils/fetch.py"),
             Owner::kTorch);
   EXPECT_EQ(owner_of("/src/dldoctor/job/worker.py"), Owner::kDldoctor);

@@ -31,9 +31,6 @@ struct Frame {
   std::string code;  ///< the source line under it ("" when the traceback has none)
 };
 
-using analyze::Owner;
-using analyze::owner_of;
-
 /// The frames of the last traceback in `text` (the exception raised; a chained one's
 /// context before it is skipped), oldest first.
 std::vector<Frame> parse_traceback(std::string_view text);
