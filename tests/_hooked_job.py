@@ -130,6 +130,14 @@ JOB = textwrap.dedent(
             for i in range(wid, N, nw):
                 yield torch.full((10,), float(i)), torch.tensor(i)
 
+    class SelfBatched(IterableDataset):  # makes its own batches (webdataset's .batched())
+        def __iter__(self):
+            info = get_worker_info()
+            if info is not None and info.id > 0:
+                return  # one shard, dealt to worker 0: the others have none
+            for b in range(4):
+                yield torch.zeros(3, 10), torch.arange(3 * b, 3 * b + 3)
+
     def labels(loader):
         it = iter(loader)
         try:
@@ -167,6 +175,8 @@ JOB = textwrap.dedent(
                                         multiprocessing_context="fork"))
         out["iterable"] = labels(DataLoader(Stream(), batch_size=BS, num_workers=2,
                                             multiprocessing_context="fork"))
+        out["self_batched"] = labels(DataLoader(SelfBatched(), batch_size=None, num_workers=2,
+                                                multiprocessing_context="fork"))
         out["getitems"] = labels(DataLoader(GetItems(), batch_size=BS, num_workers=1,
                                             multiprocessing_context="fork"))
         out["single"] = labels(DataLoader(SingleMap(), batch_size=BS, num_workers=0))

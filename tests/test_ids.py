@@ -33,6 +33,9 @@ PLANNED: dict[str, str] = {}
 EXTENSIONS: dict[str, str] = {
     "slow_handover": "issue 9: a loader whose workers keep up, but handing each batch over to "
     "the main process (one round trip per tensor under file_descriptor) stalls the loop",
+    "uneven_worker_split": "stop 45: an IterableDataset (webdataset, Hugging Face datasets, an "
+    "__iter__ split by get_worker_info()) whose shards leave workers without data while the "
+    "loop stalls; the fetch rules' 'more workers' would idle too",
 }
 
 

@@ -251,3 +251,27 @@ def test_a_fetch_hook_is_invisible_to_the_caller(in_process):
     assert [Event(*x).kind for x in in_process.drain() if x[0] == K.K_WORKER_EXCEPTION] == [
         K.K_WORKER_EXCEPTION
     ]
+
+
+def test_a_worker_whose_iterable_share_runs_out_says_so(job):
+    # An even split: each worker's stream ends with the epoch, after its own batches.
+    lid = loader_of(job, "Stream")
+    drained = sorted(events(job, lid, K.K_WORKER_DRAINED), key=lambda e: e.worker)
+    batches = {
+        w: sum(e.weight for e in events(job, lid, K.K_WORKER_BATCH) if e.worker == w)
+        for w in (0, 1)
+    }
+    assert [(e.worker, e.v0) for e in drained] == [(0, batches[0]), (1, batches[1])]
+    # One shard for two workers: worker 1 runs out before its first batch, worker 0 after 4.
+    lid = loader_of(job, "SelfBatched")
+    drained = sorted(events(job, lid, K.K_WORKER_DRAINED), key=lambda e: e.worker)
+    assert [(e.worker, e.v0, e.v1) for e in drained] == [(0, 4, 1), (1, 0, 1)]
+    assert job.result["self_batched"] == [[3 * b, 3 * b + 1, 3 * b + 2] for b in range(4)]
+
+
+def test_a_batch_the_dataset_made_itself_counts_as_one_item(job):
+    # batch_size=None: collate_fn (default_convert) gets the dataset's own (x, y) item, whose
+    # length 2 is not a count of samples.
+    lid = loader_of(job, "SelfBatched")
+    counts = {e.count for e in events(job, lid, K.K_WORKER_BATCH)}
+    assert counts == {1}

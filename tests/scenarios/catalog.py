@@ -97,6 +97,47 @@ def worker_hang_entry(on: str, *extra: str, name: str = "", **evidence) -> dict:
     }
 
 
+def uneven_worker_split_entries(source: str) -> list[dict]:
+    """uneven_worker_split's scenario with the data from `source` (own, hf, webdataset), and
+    its healthy twin: as many shards as workers."""
+    name = "uneven_worker_split" + ("" if source == "own" else "/" + source)
+    args = ["--source", source, "--seconds", "7"]
+    found = {
+        "name": name,
+        "script": "uneven_worker_split",
+        "args": args,
+        "expect": "uneven_worker_split",
+        "severity": "critical",
+        "checks": {
+            "verdict": "uneven_worker_split",
+            "notice": True,
+            "findings": {
+                "uneven_worker_split": {
+                    "evidence": {
+                        "workers_without_data": 2,
+                        "idle_worker_share": {">": 0.5},
+                        "active_workers": {"<": 1.3},
+                    },
+                    "fix": {"contains": "multiple of num_workers"},
+                },
+                # Beside it, the fetch rule sizes the one worker with data and adds none.
+                "io_bound": {
+                    "evidence": {"recommended_num_workers": {"present": False}},
+                    "fix": {"contains": "uneven_worker_split"},
+                },
+            },
+        },
+    }
+    healthy = {
+        "name": name + "/healthy",
+        "script": "uneven_worker_split",
+        "args": [*args, "--healthy"],
+        "expect": "healthy",
+        "checks": {"verdict": "healthy"},
+    }
+    return [found, healthy]
+
+
 SCENARIOS: list[dict] = [
     # -- throughput: field guide causes 1, 2, 4 ---------------------------------------------
     {
@@ -1134,6 +1175,11 @@ SCENARIOS: list[dict] = [
         "args": ["--healthy", "--seconds", "8"],
         "expect": "no straggler_worker",
     },
+    # -- an IterableDataset whose shards leave workers without data: one shard, three workers,
+    # dealt as webdataset and Hugging Face datasets deal them; the same with each library.
+    *uneven_worker_split_entries("own"),
+    *uneven_worker_split_entries("hf"),
+    *uneven_worker_split_entries("webdataset"),
     # -- multi-rank jobs: torchrun --nproc-per-node 2, DDP over gloo on the CPU ---------------
     # Rank 1's samples cost 15 ms of CPU each, rank 0's nothing: rank 1 gates every step, and
     # rank 0 waits for it in the all-reduce. The verdict is rank 1's own cause.

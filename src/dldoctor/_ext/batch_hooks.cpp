@@ -118,6 +118,10 @@ struct BatchContext {
   char worker_started;    ///< the _worker_loop hook ran in this process
   long long collate_ns;   ///< of the fetch in progress
   long long collate_samples;
+  /// The fetch in progress does not auto-collate (batch_size=None): its collate_fn gets the
+  /// one item the dataset yielded, whose length is not a count of samples.
+  char collate_one_item;
+  unsigned long long epoch_fetches0;  ///< worker_stream->fetches when this epoch began
   unsigned long long process_fetches;  ///< measured-or-not fetches of this process (profiles)
   long long cuda_next_ns;              ///< next CUDA memory reading (main process)
   FetchStream* worker_stream;          ///< this worker's fetches
@@ -206,6 +210,7 @@ PyTypeObject* g_hot_type = nullptr;
 PyTypeObject* g_iter_type = nullptr;
 BatchContext* g = nullptr;
 PyObject* g_str_collate_fn = nullptr;
+PyObject* g_str_auto_collation = nullptr;
 PyObject* g_str_dataset_fetcher = nullptr;
 PyObject* g_str_rcvd_idx = nullptr;
 PyObject* g_str_task_info = nullptr;
@@ -348,6 +353,12 @@ struct CollateSwap {
   PyObject* user = nullptr;     ///< the fetcher's collate_fn, put back by restore()
 
   void install(PyObject* f) {
+    g->collate_one_item = 0;
+    if (PyObject* ac = PyObject_GetAttr(f, g_str_auto_collation)) {
+      g->collate_one_item = PyObject_IsTrue(ac) == 0;
+      Py_DECREF(ac);
+    }
+    PyErr_Clear();
     PyObject* cf = PyObject_GetAttr(f, g_str_collate_fn);
     if (cf == nullptr) {
       PyErr_Clear();
@@ -460,6 +471,10 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
     err.take();
     collate.restore();
     bool go_on = finish_profile(c, profiler, loader, worker, idx, -1);
+    // An IterableDataset's share of this worker ran out: the loop may go on with the others.
+    if (err.is(PyExc_StopIteration))
+      writer_emit(int64_t(EventKind::kWorkerDrained), loader, worker, -1, 0, now_ns(),
+                  (long long)(s.fetches - c.epoch_fetches0), c.epoch, -1, -1, 0, 1);
     if (go_on && err.is(PyExc_Exception) && !err.is(PyExc_StopIteration))
       go_on = call_back(c.on_fetch_error, "OiiLLO", err.value ? err.value : Py_None, loader, worker,
                         idx, (long long)t0, args[1]);
@@ -499,7 +514,9 @@ PyObject* fetch_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
 PyObject* collate_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kw) {
   auto* m = reinterpret_cast<HotMethod*>(self);
   BatchContext& c = *g;
-  if (PyVectorcall_NARGS(nargsf) >= 1) {
+  if (c.collate_one_item) {
+    c.collate_samples = 1;  // one item of the dataset's own making (webdataset's .batched())
+  } else if (PyVectorcall_NARGS(nargsf) >= 1) {
     const Py_ssize_t n = PyObject_Size(args[0]);
     if (n < 0) PyErr_Clear();
     c.collate_samples = n > 0 ? n : 1;
@@ -518,6 +535,7 @@ PyObject* index_get_call(PyObject* self, PyObject* const* args, size_t nargsf, P
     if (PyTuple_GET_SIZE(r) >= 1) g->index = as_ll(PyTuple_GET_ITEM(r, 0), -1);
   } else if (r != Py_None) {
     ++g->epoch;  // _ResumeIteration: persistent workers start the next epoch
+    g->epoch_fetches0 = g->worker_stream->fetches;
   }
   return r;
 }
@@ -1253,6 +1271,7 @@ PyObject* ctx_begin_worker(PyObject* self, PyObject* args) {
   c->worker_started = 1;
   c->process_fetches = 0;
   c->worker_stream->reset();  // forked: the parent's counts are not this worker's
+  c->epoch_fetches0 = 0;
   Py_RETURN_NONE;
 }
 
@@ -1327,6 +1346,7 @@ void register_batch_hooks(nb::module_& m) {
   g_iter_type = reinterpret_cast<PyTypeObject*>(make_type(&iter_spec));
   auto* ctx_type = reinterpret_cast<PyTypeObject*>(make_type(&ctx_spec));
   g_str_collate_fn = PyUnicode_InternFromString("collate_fn");
+  g_str_auto_collation = PyUnicode_InternFromString("auto_collation");
   g_str_dataset_fetcher = PyUnicode_InternFromString("_dataset_fetcher");
   g_str_rcvd_idx = PyUnicode_InternFromString("_rcvd_idx");
   g_str_task_info = PyUnicode_InternFromString("_task_info");

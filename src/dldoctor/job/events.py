@@ -22,6 +22,7 @@ K_WORKER_EXIT = _KIND["worker_exit"]
 K_WORKER_EXCEPTION = _KIND["worker_exception"]
 K_ITER_END = _KIND["iter_end"]
 K_WORKER_DIED = _KIND["worker_died"]
+K_WORKER_DRAINED = _KIND["worker_drained"]  # a worker's IterableDataset share ran out
 
 # Bits of flags for kIterStart (trace::LoaderFlags).
 F_PIN_MEMORY = _LOADER_FLAG["pin_memory"]

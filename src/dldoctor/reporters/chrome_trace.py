@@ -28,6 +28,7 @@ from ..job.events import (
     K_MAIN_BATCH,
     K_WORKER_BATCH,
     K_WORKER_DIED,
+    K_WORKER_DRAINED,
     K_WORKER_EXCEPTION,
     K_WORKER_EXIT,
     K_WORKER_START,
@@ -296,6 +297,8 @@ def _spans(raw: list, epochs: _Epochs, on_records=None):
             yield (_instant("worker starts", pid, pid, t, {"worker": worker}))
         elif kind == K_WORKER_EXIT:
             yield (_instant("worker exits", pid, pid, t, {"batches": v0, "raised": bool(v1)}))
+        elif kind == K_WORKER_DRAINED:
+            yield (_instant("its data ran out", pid, pid, t, {"worker": worker, "batches": v0}))
         elif kind == K_WORKER_EXCEPTION:
             yield (_instant(f"exception in batch {index}", pid, pid, t, {"batch": index}))
         elif kind == K_WORKER_DIED:

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "dldoctor_core/analyze/code_owner.hpp"
+#include "dldoctor_core/analyze/rules/uneven_worker_split.hpp"
 
 namespace dldoctor::analyze {
 
@@ -16,7 +17,8 @@ std::optional<FetchCapacity> fetch_capacity(const LoaderView& l) noexcept {
   c.fetch_s = *l.fetch_mean_s;
   c.fetch_processes = l.fetch_processes();
   c.serial = l.config.num_workers == 0;
-  c.capacity_bps = c.fetch_processes / c.fetch_s;
+  c.active_processes = l.active_fetch_processes();
+  c.capacity_bps = c.active_processes / c.fetch_s;
   // A consumer step of ~0 (a loop that only iterates) wants batches as fast as possible.
   c.demand_bps = *l.demand_step_s > 1e-9 ? 1.0 / *l.demand_step_s : 1e9;
   return c;
@@ -135,6 +137,7 @@ FetchFigures fetch_figures(const JobView& job, const LoaderView& l, const Shortf
   return {.loader = l.loader,
           .data_stall_fraction = l.data_stall_fraction.value_or(0),
           .num_workers = l.config.num_workers,
+          .uneven_split = uneven_worker_split::uneven(l),
           .shortfall = s,
           .getitem_p50_ms = l.getitem_p50_ms,
           .getitem_p99_ms = l.getitem_p99_ms,
@@ -153,6 +156,9 @@ FetchFigures fetch_figures(const JobView& job, const LoaderView& l, const Shortf
 }
 
 std::string no_cpu_for_more_workers(const FetchFigures& x) {
+  if (x.uneven_split)
+    return "More workers would not help while the IterableDataset leaves workers without data "
+           "(see uneven_worker_split): give each a share first; and ";
   if (!x.budget) return "More workers would not help (no CPU is spare for them): ";
   std::string s = cpu_budget_text(*x.budget);
   s[0] = char(std::toupper(static_cast<unsigned char>(s[0])));
@@ -261,7 +267,9 @@ int workers_for_stall(int processes, double stall) noexcept {
 std::string supply_text(const FetchFigures& x) {
   const Shortfall& s = x.shortfall;
   const int n = s.capacity ? s.capacity->fetch_processes : std::max(1, x.num_workers);
-  const std::string who = s.serial ? std::string("the main process") : count_of(n, "worker");
+  std::string who = s.serial ? std::string("the main process") : count_of(n, "worker");
+  if (s.capacity && s.capacity->active_processes < n - 0.05)
+    who += " (" + num(s.capacity->active_processes) + " with data, on average)";
   const bool one = s.serial || n == 1;
   if (s.capacity)
     return who + (one ? " supplies " : " supply ") + num(s.capacity->capacity_bps) +

@@ -97,6 +97,8 @@ std::string cpu_budget_text(const CpuBudget& b);
 struct FetchCapacity {
   double fetch_s = 0;       ///< mean fetch time of one batch (getitem + collate)
   int fetch_processes = 1;  ///< workers (1: the main process, num_workers=0)
+  /// Of those, the ones with data on average (LoaderView::active_fetch_processes).
+  double active_processes = 1;
   double capacity_bps = 0;  ///< batches/s the workers can supply
   double demand_bps = 0;    ///< batches/s the consumer would take if never blocked (its
                             ///< pace over the batches it waited for)
@@ -141,6 +143,9 @@ struct FetchFigures {
   int loader = 0;
   double data_stall_fraction = 0;
   int num_workers = 0;
+  /// Its IterableDataset leaves workers without data (uneven_worker_split::uneven): more
+  /// workers would idle too, until the split changes.
+  bool uneven_split = false;
   Shortfall shortfall;
   std::optional<double> getitem_p50_ms, getitem_p99_ms, collate_p50_ms, fetch_p50_ms;
   std::optional<double> samples_per_batch;
@@ -181,7 +186,7 @@ struct CpuBoundFetch {
   /// The num_workers to prescribe: what the loop needs, capped at what the idle CPUs allow;
   /// empty when no CPU is idle for another worker or the workers already oversubscribe.
   std::optional<int> recommended_workers() const noexcept {
-    if (beyond_worker_handouts()) return std::nullopt;
+    if (beyond_worker_handouts() || figures.uneven_split) return std::nullopt;
     if (!ceiling || *ceiling <= figures.num_workers || oversubscribed) return std::nullopt;
     return std::min(needed_workers, *ceiling);
   }

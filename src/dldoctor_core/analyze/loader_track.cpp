@@ -41,6 +41,15 @@ void LoaderTrack::on_iter_end(const trace::Event& e) noexcept {
   }
 }
 
+void LoaderTrack::on_worker_drained(const trace::Event& e) {
+  if (epochs_.empty() || e.worker < 0) return;
+  EpochRecord& ep = epochs_.back();
+  if (ep.drained.size() >= kMaxDrained) return;
+  for (const DrainedWorker& d : ep.drained)
+    if (d.worker == e.worker) return;
+  ep.drained.push_back({int(e.worker), e.t_ns, std::max<int64_t>(0, e.v[0])});
+}
+
 void LoaderTrack::on_unmeasured_fetches(int worker, int64_t n) noexcept {
   if (n <= 0) return;
   worker_total_.batches += n;

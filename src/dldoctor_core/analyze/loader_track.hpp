@@ -116,6 +116,13 @@ struct WorkerBatchRecord {
 };
 
 /// One iterator (epoch) of a loader.
+/// A worker whose share of an IterableDataset ran out while its epoch went on.
+struct DrainedWorker {
+  int worker = -1;
+  int64_t t_ns = 0;     ///< when its fetch raised StopIteration
+  int64_t batches = 0;  ///< batches it fetched in the epoch before that
+};
+
 struct EpochRecord {
   int64_t start_ns = 0;
   std::optional<int64_t> first_batch_latency_ns;  ///< iterator created → first batch handed out
@@ -128,6 +135,7 @@ struct EpochRecord {
   int num_workers = 0;
   uint8_t flags = 0;          ///< trace::LoaderFlags of its iterator
   int64_t ordinal = 0;        ///< the loader's epoch number (1 = first iterator)
+  std::vector<DrainedWorker> drained;  ///< each worker once, in the order they ran out
 };
 
 /// Per worker id: batch times kept for straggler and startup rules.
@@ -154,6 +162,7 @@ class LoaderTrack {
   static constexpr size_t kWaitSample = 1024;    ///< whole-run sample of the consumer's waits
   static constexpr size_t kMaxEpochs = 1024;     ///< epochs kept (the oldest are dropped)
   static constexpr size_t kSlowest = 16;         ///< slowest batches of the run kept
+  static constexpr size_t kMaxDrained = 1024;    ///< run-out workers kept per epoch
   /// Finished batches remembered for head-of-line blocking: more than the batches in flight
   /// (workers x prefetch_factor) of any sane loader.
   static constexpr size_t kDoneBatches = 256;
@@ -167,6 +176,8 @@ class LoaderTrack {
   /// `n` fetches of `worker` (-1: the main process) that no kWorkerBatch stood for: the
   /// tail of a sampled stream, from kWorkerExit / kIterEnd. They count as batches only.
   void on_unmeasured_fetches(int worker, int64_t n) noexcept;
+  /// kWorkerDrained: the worker's share of the epoch's data ran out (first time counts).
+  void on_worker_drained(const trace::Event& e);
   void on_worker_exception() noexcept { ++exceptions_; }
   void on_worker_died() noexcept { ++deaths_; }
 

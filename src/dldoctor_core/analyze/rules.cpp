@@ -24,6 +24,7 @@
 #include "dldoctor_core/analyze/rules/straggler_worker.hpp"
 #include "dldoctor_core/analyze/rules/thread_oversubscription.hpp"
 #include "dldoctor_core/analyze/rules/too_many_workers.hpp"
+#include "dldoctor_core/analyze/rules/uneven_worker_split.hpp"
 #include "dldoctor_core/analyze/rules/worker_died.hpp"
 #include "dldoctor_core/analyze/rules/worker_hang.hpp"
 #include "dldoctor_core/analyze/rules/worker_startup_cost.hpp"
@@ -49,6 +50,7 @@ void emit(std::vector<report::Finding>& out, const std::vector<Evidence>& es) {
 std::vector<report::Finding> run_rules(const JobView& job) {
   std::vector<report::Finding> out;
   emit(out, too_many_workers::detect(job));
+  emit(out, uneven_worker_split::detect(job));
   emit(out, slow_getitem::detect(job));
   emit(out, slow_collate::detect(job));
   emit(out, io_bound::detect(job));

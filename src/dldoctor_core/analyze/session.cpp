@@ -68,6 +68,9 @@ void Session::ingest(const trace::Event& e) noexcept {
       touch_worker_locked(e.loader, e.worker, int(e.pid), e.t_ns, true);
       l.on_unmeasured_fetches(e.worker, e.v[2]);
       break;
+    case trace::EventKind::kWorkerDrained:
+      l.on_worker_drained(e);
+      break;
     case trace::EventKind::kWorkerException:
       l.on_worker_exception();
       break;
@@ -276,6 +279,38 @@ WorkerFetch worker_fetch(int id, const WorkerTrack& wt, int64_t from) {
   return f;
 }
 
+/// Workers' time with their IterableDataset share run out, over the epochs of [from, to]:
+/// from a worker's kWorkerDrained to its epoch's last hand-out (the loop went on with the
+/// others until then). Empty when no worker of the window ran out before that.
+std::optional<WorkerSplit> worker_split(const std::vector<EpochRecord>& epochs, int64_t from,
+                                        int64_t to) {
+  WorkerSplit w;
+  double worst_idle = 0;
+  for (const EpochRecord& ep : epochs) {
+    if (ep.num_workers < 2 || ep.last_batch_ns <= 0) continue;
+    const int64_t start = std::max(ep.start_ns, from), end = std::min(ep.last_batch_ns, to);
+    if (end <= start) continue;
+    w.num_workers = std::max(w.num_workers, ep.num_workers);
+    w.worker_s += double(ep.num_workers) * double(end - start) / 1e9;
+    std::vector<WorkerSplit::Out> outs;
+    double idle = 0;
+    for (const DrainedWorker& d : ep.drained) {
+      const int64_t since = std::max(d.t_ns, start);
+      if (since >= end) continue;
+      outs.push_back({d, double(d.t_ns - ep.start_ns) / 1e9, double(end - since) / 1e9});
+      idle += outs.back().idle_s;
+    }
+    w.idle_s += idle;
+    if (idle > worst_idle) {
+      worst_idle = idle;
+      w.epoch_s = double(end - start) / 1e9;
+      w.ran_out = std::move(outs);
+    }
+  }
+  if (w.ran_out.empty()) return std::nullopt;
+  return w;
+}
+
 }  // namespace
 
 JobView Session::view_locked(int64_t now_ns, Window w) const {
@@ -364,6 +399,7 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
     if (auto it = slow_notes_.find(id); it != slow_notes_.end()) l.slow_notes = it->second;
     for (const EpochRecord& ep : track.epochs())
       if (v.whole_run || ep.start_ns >= v.from_ns) l.epochs.push_back(ep);
+    l.worker_split = worker_split(track.epochs(), v.from_ns, v.to_ns);
     if (auto it = datasets_.find(id); it != datasets_.end()) l.dataset = it->second;
     l.worker_pids = worker_pids_locked(id, v.from_ns, v.to_ns);
     for (int pid : l.worker_pids) {

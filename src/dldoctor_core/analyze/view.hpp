@@ -125,6 +125,26 @@ struct RankId {
   int shown() const noexcept { return rank ? *rank : local_rank.value_or(-1); }
 };
 
+/// How an IterableDataset's data fell to the workers over a window: the time workers spent
+/// with their share run out (kWorkerDrained) while their epoch went on, clipped to the window.
+struct WorkerSplit {
+  int num_workers = 0;
+  double worker_s = 0;  ///< num_workers x the epochs' time in the window, summed
+  double idle_s = 0;    ///< of that, workers' time after their share ran out
+  /// The epoch in which the workers idled the longest: its time in the window and the
+  /// workers that ran out in it, with how long each then idled.
+  double epoch_s = 0;
+  struct Out {
+    DrainedWorker worker;
+    double after_s = 0;  ///< from the epoch's start
+    double idle_s = 0;   ///< to the epoch's end (or the window's)
+  };
+  std::vector<Out> ran_out;
+  double idle_share() const noexcept { return worker_s > 0 ? idle_s / worker_s : 0.0; }
+  /// Workers that had data, on average over the window.
+  double active_workers() const noexcept { return num_workers * (1.0 - idle_share()); }
+};
+
 /// One loader over one window.
 struct LoaderView {
   uint16_t loader = 0;
@@ -193,9 +213,18 @@ struct LoaderView {
   std::vector<WorkerPools> worker_pools;  ///< workers with more than one thread
   /// Without the hooks (attach): what the stacks showed; per-batch figures are then empty.
   std::optional<StackShares> stacks;
+  /// Workers whose share of an IterableDataset ran out before their epoch ended; empty when
+  /// none did (a map-style dataset's workers never run out: its sampler ends the epoch).
+  std::optional<WorkerSplit> worker_split;
 
   /// Processes fetching batches in parallel (the main process alone when num_workers=0).
   int fetch_processes() const noexcept { return config.num_workers > 0 ? config.num_workers : 1; }
+  /// Of those, the ones with data on average: an IterableDataset's workers whose share ran
+  /// out no longer fetch (worker_split).
+  double active_fetch_processes() const noexcept {
+    if (!worker_split || config.num_workers <= 0) return double(fetch_processes());
+    return std::clamp(worker_split->active_workers(), 0.05, double(config.num_workers));
+  }
 };
 
 /// One GPU over one window, as NVML saw it through the sampler (analyze/gpu_track).

@@ -52,9 +52,13 @@ enum class EventKind : uint8_t {
   /// A worker was seen dead by the main process (v[0] = exit code, -1 when killed by a
   /// signal or unknown; v[1] = signal, 0 if none; v[2] = its pid).
   kWorkerDied = 8,
+  /// A worker's share of an IterableDataset ran out (its fetch raised StopIteration); the
+  /// iterator goes on with the other workers until each has run out. worker = id,
+  /// v[0] = batches it fetched in this epoch, v[1] = its epoch (persistent workers count on).
+  kWorkerDrained = 9,
 };
 /// The highest EventKind; kinds run 1..kLastEventKind without gaps.
-inline constexpr uint8_t kLastEventKind = 8;
+inline constexpr uint8_t kLastEventKind = 9;
 
 /// Bits of Event::flags for kIterStart.
 enum LoaderFlags : uint8_t {
@@ -97,6 +101,7 @@ inline constexpr VocabularyEntry kEventKindNames[] = {
     {"worker_exception", int64_t(EventKind::kWorkerException)},
     {"iter_end", int64_t(EventKind::kIterEnd)},
     {"worker_died", int64_t(EventKind::kWorkerDied)},
+    {"worker_drained", int64_t(EventKind::kWorkerDrained)},
 };
 /// Every LoaderFlags bit.
 inline constexpr VocabularyEntry kLoaderFlagNames[] = {

@@ -49,7 +49,7 @@ std::vector<Evidence> detect(const JobView& job) {
       want = std::min(
           want, std::max(1, int(std::floor(std::max(1.0, std::floor(*usable) - kMainProcessCores) /
                                            std::max(e.on_cpu, kMinOnCpuForSizing)))));
-    if (want > l.config.num_workers) e.recommended_workers = want;
+    if (want > l.config.num_workers && !e.fetch.uneven_split) e.recommended_workers = want;
     e.usable_cpus = usable;
     // Where the bytes could come from instead.
     e.mem_available = job.machine.mem_available_min_bytes;
@@ -92,6 +92,9 @@ report::Finding finding(const Evidence& e) {
 
   const int now = x.num_workers;
   std::vector<std::string> fixes;
+  if (x.uneven_split)
+    fixes.push_back("give every worker a share of the data first (see uneven_worker_split): "
+                    "more workers would idle too");
   if (e.recommended_workers > 0) {
     const int want = e.recommended_workers;
     f.add("recommended_num_workers", double(want));
