@@ -1180,6 +1180,34 @@ SCENARIOS: list[dict] = [
     *uneven_worker_split_entries("own"),
     *uneven_worker_split_entries("hf"),
     *uneven_worker_split_entries("webdataset"),
+    # Shards that do not divide evenly: 4 on 3 workers, one worker reads two. Epochs of ~5 s end
+    # within the run; the loop keeps up while all three read and waits once two are done.
+    {
+        "name": "uneven_worker_split/uneven_sizes",
+        "script": "uneven_worker_split",
+        "args": ["--shards", "4", "--shard-samples", "200", "--seconds", "10"],
+        "expect": "uneven_worker_split",
+        "severity": "critical",
+        "checks": {
+            "verdict": "uneven_worker_split",
+            "findings": {
+                "uneven_worker_split": {
+                    "evidence": {
+                        "short_handed_wait_share": {">": 0.6},
+                        "workers_without_data": 0,
+                        "active_workers": {">": 2, "<": 2.8},
+                    },
+                }
+            },
+        },
+    },
+    {
+        "name": "uneven_worker_split/uneven_sizes/healthy",
+        "script": "uneven_worker_split",
+        "args": ["--shards", "3", "--shard-samples", "200", "--seconds", "10"],
+        "expect": "healthy",
+        "checks": {"verdict": "healthy"},
+    },
     # -- multi-rank jobs: torchrun --nproc-per-node 2, DDP over gloo on the CPU ---------------
     # Rank 1's samples cost 15 ms of CPU each, rank 0's nothing: rank 1 gates every step, and
     # rank 0 waits for it in the all-reduce. The verdict is rank 1's own cause.

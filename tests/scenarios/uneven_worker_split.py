@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 WORKERS = 3
 SAMPLE_S = 0.010
 BATCH = 4
-PER_SHARD = 100_000
+PER_SHARD = 2000  # samples a shard (--shard-samples): 20 s of one worker
 
 
 def slow(i: int) -> int:
@@ -34,35 +34,36 @@ def slow(i: int) -> int:
 class Shards(IterableDataset):
     """Shard s holds samples s*PER_SHARD...; each worker reads the shards dealt to it."""
 
-    def __init__(self, shards: int):
+    def __init__(self, shards: int, per_shard: int):
         self.shards = list(range(shards))
+        self.per_shard = per_shard
 
     def __iter__(self):
         info = get_worker_info()
         mine = self.shards[info.id :: info.num_workers] if info else self.shards
         for s in mine:
-            for i in range(PER_SHARD):
-                yield torch.tensor(float(slow(s * PER_SHARD + i)))
+            for i in range(self.per_shard):
+                yield torch.tensor(float(slow(s * self.per_shard + i)))
 
 
-def hf_loader(shards: int) -> DataLoader:
+def hf_loader(shards: int, per_shard: int) -> DataLoader:
     import datasets
 
     datasets.logging.set_verbosity_error()  # its "Too many dataloader workers" warning
-    ds = datasets.Dataset.from_dict({"i": list(range(shards * 2000))})
+    ds = datasets.Dataset.from_dict({"i": list(range(shards * per_shard))})
     it = ds.to_iterable_dataset(num_shards=shards).map(lambda r: {"i": slow(r["i"])})
     return DataLoader(it.with_format("torch"), batch_size=BATCH, num_workers=WORKERS)
 
 
-def webdataset_loader(shards: int, folder: str) -> DataLoader:
+def webdataset_loader(shards: int, per_shard: int, folder: str) -> DataLoader:
     import webdataset as wds
 
     urls = []
     for s in range(shards):
         path = os.path.join(folder, f"shard-{s:04d}.tar")
         with tarfile.open(path, "w") as t:
-            for j in range(2000):
-                data = str(s * 2000 + j).encode()
+            for j in range(per_shard):
+                data = str(s * per_shard + j).encode()
                 info = tarfile.TarInfo(f"{s:04d}{j:06d}.cls")
                 info.size = len(data)
                 t.addfile(info, io.BytesIO(data))
@@ -79,15 +80,19 @@ def webdataset_loader(shards: int, folder: str) -> DataLoader:
 def main():
     ap = parser(__doc__)
     ap.add_argument("--source", choices=("own", "hf", "webdataset"), default="own")
+    ap.add_argument("--shards", type=int, help="shards of the data (default 1; --healthy: 3)")
+    ap.add_argument("--shard-samples", type=int, default=PER_SHARD, help="samples a shard")
     args = ap.parse_args()
-    shards = WORKERS if args.healthy else 1
+    shards = args.shards or (WORKERS if args.healthy else 1)
     with tempfile.TemporaryDirectory() as folder:
         if args.source == "hf":
-            loader = hf_loader(shards)
+            loader = hf_loader(shards, args.shard_samples)
         elif args.source == "webdataset":
-            loader = webdataset_loader(shards, folder)
+            loader = webdataset_loader(shards, args.shard_samples, folder)
         else:
-            loader = DataLoader(Shards(shards), batch_size=BATCH, num_workers=WORKERS)
+            loader = DataLoader(
+                Shards(shards, args.shard_samples), batch_size=BATCH, num_workers=WORKERS
+            )
         print("batches:", consume(loader, args.seconds))
 
 

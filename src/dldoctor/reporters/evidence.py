@@ -33,7 +33,7 @@ _GROUP_PATTERNS = [
         r"cpu_|run_queue|worker_on_cpu|worker_cpu|worker_run_queue|main_run_queue|involuntary|"
         r"recommended_(num_workers|threads)|threads_per_worker|torch_threads|thread_pools|pool_env|"
         r"active_threads|start_method|prefetch_factor|persistent_workers|idle_worker_share|"
-        r"active_workers|workers_ran_out|workers_without_data|ran_out$)",
+        r"active_workers|workers_ran_out|workers_without_data|ran_out$|short_handed)",
     ),
     (
         "memory",

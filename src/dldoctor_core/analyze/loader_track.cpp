@@ -127,6 +127,11 @@ void LoaderTrack::on_main_batch(const trace::Event& e) noexcept {
     s.stepped = n;
     s.wait_ns = n * wait;
     s.step_ns = n * e.v[1];
+    // Events reach the ring in the order they were written: a worker that ran out before
+    // this batch was asked for has said so by now.
+    if (!epochs_.empty() && !epochs_.back().drained.empty() &&
+        epochs_.back().drained.front().t_ns <= e.t_ns)
+      s.short_wait_ns = n * wait;
     if (double(wait) >= kWaitedBatchShare * double(wait + e.v[1]) && wait > 0) {
       s.waited = n;
       s.waited_step_ns = n * e.v[1];

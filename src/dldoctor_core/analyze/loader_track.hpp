@@ -74,6 +74,9 @@ struct MainSums {
   /// the unpickle, the pin), measured rather than taken from the quickest waits.
   int64_t made_known = 0;
   int64_t made_wait_ns = 0;
+  /// Blocked time of the stepped batches handed out after a worker of their epoch had run
+  /// out of data (kWorkerDrained): the loop's wait while it went on short-handed.
+  int64_t short_wait_ns = 0;
   MainSums& operator+=(const MainSums& o) noexcept {
     batches += o.batches; stepped += o.stepped; wait_ns += o.wait_ns; step_ns += o.step_ns;
     waited += o.waited; waited_step_ns += o.waited_step_ns;
@@ -81,6 +84,7 @@ struct MainSums {
     hol_ns += o.hol_ns; hol_batches += o.hol_batches;
     ready_sum += o.ready_sum; ready_max = ready_max > o.ready_max ? ready_max : o.ready_max;
     made_known += o.made_known; made_wait_ns += o.made_wait_ns;
+    short_wait_ns += o.short_wait_ns;
     return *this;
   }
 };

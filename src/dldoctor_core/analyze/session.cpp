@@ -400,6 +400,8 @@ JobView Session::view_locked(int64_t now_ns, Window w) const {
     for (const EpochRecord& ep : track.epochs())
       if (v.whole_run || ep.start_ns >= v.from_ns) l.epochs.push_back(ep);
     l.worker_split = worker_split(track.epochs(), v.from_ns, v.to_ns);
+    if (l.worker_split && m.wait_ns > 0)
+      l.worker_split->short_handed_wait_share = double(m.short_wait_ns) / double(m.wait_ns);
     if (auto it = datasets_.find(id); it != datasets_.end()) l.dataset = it->second;
     l.worker_pids = worker_pids_locked(id, v.from_ns, v.to_ns);
     for (int pid : l.worker_pids) {

@@ -140,6 +140,9 @@ struct WorkerSplit {
     double idle_s = 0;   ///< to the epoch's end (or the window's)
   };
   std::vector<Out> ran_out;
+  /// Of the loop's blocked time (stepped batches) in the window, the share while a worker of
+  /// its epoch had run out (MainSums::short_wait_ns); empty when the loop never waited.
+  std::optional<double> short_handed_wait_share;
   double idle_share() const noexcept { return worker_s > 0 ? idle_s / worker_s : 0.0; }
   /// Workers that had data, on average over the window.
   double active_workers() const noexcept { return num_workers * (1.0 - idle_share()); }

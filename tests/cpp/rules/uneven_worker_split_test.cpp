@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "../analyze_sim.hpp"
 
 namespace dldoctor::analyze {
@@ -29,13 +31,23 @@ struct Split {
   std::vector<report::Finding> whole;
 };
 
-/// 20 s of `l`; each of `outs` (worker, seconds after the start) runs out of data then.
+/// 20 s of `l`; each of `outs` (worker, seconds after the start) runs out of data then: the
+/// batches asked for after it come after its event, as in the ring.
 std::unique_ptr<Split> run_split(const Loader& l, std::vector<std::pair<int, double>> outs,
                                  std::optional<double> usable = 8) {
   auto r = std::make_unique<Split>();
   r->s.set_facts(facts(usable));
-  r->end = feed(r->s, l, kT0, 20);
-  for (auto [w, at] : outs) r->s.ingest(drained(l, w, kT0 + int64_t(at * kS), int64_t(at * 5)));
+  std::sort(outs.begin(), outs.end(), [](auto& a, auto& b) { return a.second < b.second; });
+  double from = 0;
+  bool started = false;  // the iterator's start comes first, even before a worker at 0 s
+  for (auto [w, at] : outs) {
+    if (!started || at > from)
+      r->end = feed(r->s, l, kT0 + int64_t(from * kS), at - from, !started);
+    started = true;
+    r->s.ingest(drained(l, w, kT0 + int64_t(at * kS), int64_t(at * 5)));
+    from = std::max(from, at);
+  }
+  r->end = feed(r->s, l, kT0 + int64_t(from * kS), 20 - from, !started);
   feed_passes(r->s, kT0, 20, procs(l, 30.0, 95.0, 1.0, 3.0), {});
   r->whole = r->s.findings(0, Window::kWholeRun);
   return r;
@@ -62,17 +74,32 @@ TEST(AnalyzeUnevenWorkerSplit, AWorkerWithoutDataComesFirstAndNoWorkersAreAdded)
   EXPECT_NE(g->title.find("1 with data"), std::string::npos) << g->title;
 }
 
-TEST(AnalyzeUnevenWorkerSplit, EdgesOfTheIdleShare) {
+TEST(AnalyzeUnevenWorkerSplit, EdgesOfTheShortHandedWait) {
   Loader l = iterable(cpu_bound(2));
-  // One of two workers idle for half the epoch or more is a quarter of the workers' time.
+  // The loop waits evenly: half its waits after the worker ran out is half the run.
   auto above = run_split(l, {{1, 9.5}});
-  EXPECT_NE(find(above->whole, "uneven_worker_split"), nullptr) << ids(above->whole).size();
+  const report::Finding* f = find(above->whole, "uneven_worker_split");
+  ASSERT_NE(f, nullptr);
+  EXPECT_NEAR(*num(*f, "short_handed_wait_share"), 0.525, 0.01);
   auto below = run_split(l, {{1, 10.5}});
   EXPECT_EQ(find(below->whole, "uneven_worker_split"), nullptr);
   // Below the cut the fetch rule sizes the workers as it would without the split.
   const report::Finding* g = find(below->whole, "slow_getitem");
   ASSERT_NE(g, nullptr);
   EXPECT_TRUE(num(*g, "recommended_num_workers"));
+}
+
+TEST(AnalyzeUnevenWorkerSplit, EdgesOfTheIdleShare) {
+  Loader l = iterable(cpu_bound(8));
+  l.fetch_ms = 400;  // 8 workers supply 20 batches/s, the loop wants 50
+  // After 8 s, 12 s of one worker of eight is 7.5% of their time; of two, 15%.
+  auto one = run_split(l, {{7, 8.0}});
+  EXPECT_EQ(find(one->whole, "uneven_worker_split"), nullptr);
+  auto two = run_split(l, {{6, 8.0}, {7, 8.0}});
+  const report::Finding* f = find(two->whole, "uneven_worker_split");
+  ASSERT_NE(f, nullptr);
+  EXPECT_NEAR(*num(*f, "idle_worker_share"), 0.15, 0.01);
+  EXPECT_EQ(*num(*f, "workers_ran_out"), 2);
 }
 
 TEST(AnalyzeUnevenWorkerSplit, QuietWhileTheLoopKeepsUp) {

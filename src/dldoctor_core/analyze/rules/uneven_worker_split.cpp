@@ -12,7 +12,8 @@ bool uneven(const LoaderView& l) noexcept {
   if (!l.worker_split || l.config.num_workers < 2) return false;
   const WorkerSplit& w = *l.worker_split;
   const double epochs_s = w.num_workers > 0 ? w.worker_s / w.num_workers : 0.0;
-  return epochs_s >= kMinEpochS && w.idle_share() >= kMinIdleShare;
+  return epochs_s >= kMinEpochS && w.idle_share() >= kMinIdleShare &&
+         w.short_handed_wait_share.value_or(0) >= kShortHandedWaitShare;
 }
 
 std::vector<Evidence> detect(const JobView& job) {
@@ -55,6 +56,7 @@ report::Finding finding(const Evidence& e) {
   f.add("workers_ran_out", double(out.size()));
   f.add("workers_without_data", double(none));
   f.add("epoch_s", w.epoch_s);
+  f.add("short_handed_wait_share", w.short_handed_wait_share.value_or(0));
   std::string each;
   for (size_t i = 0; i < out.size() && i < 8; ++i) {
     const WorkerSplit::Out& o = out[i];
@@ -83,8 +85,9 @@ report::Finding finding(const Evidence& e) {
           " s epoch): the workers spent " + num(w.idle_share() * 100) +
           "% of their time without data, so the loader ran on " + num(w.active_workers()) +
           " of its " + std::to_string(e.num_workers) +
-          " workers on average. A map-style dataset has no such gap: its sampler deals "
-          "indices to every worker until the epoch ends.";
+          " workers on average, and " + num(w.short_handed_wait_share.value_or(0) * 100) +
+          "% of the loop's waits came while a worker had run out. A map-style dataset has no "
+          "such gap: its sampler deals indices to every worker until the epoch ends.";
   return f;
 }
 
