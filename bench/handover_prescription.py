@@ -18,13 +18,10 @@ keeps every core busy (`--busy-step --fields 8` on every side).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
-import statistics
-import subprocess
 import sys
-import tempfile
+
+from _prescription import rotate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "tests", "scenarios", "slow_handover.py")
@@ -35,22 +32,6 @@ SIDES = {
     "one tensor a batch (fields stacked)": ([], ["--healthy"]),
     "--set num_workers=0": (["--set", "num_workers=0"], []),
 }
-
-
-def run(
-    seconds: float, side: tuple[list[str], list[str]], report: str, extra: list[str]
-) -> tuple[float, dict]:
-    doctor, job = side
-    job = [*job, *extra]
-    cmd = [sys.executable, "-m", "dldoctor", "run", "-q", "--json", report, *doctor, "--"]
-    cmd += [sys.executable, SCRIPT, "--seconds", str(seconds), *job]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 10 + 120)
-    m = re.search(r"batches: (\d+)", p.stdout)
-    if not m:
-        raise SystemExit(f"no batch count in the output:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    with open(report) as f:
-        rep = json.load(f)
-    return float(m.group(1)) / seconds, rep
 
 
 def handover(rep: dict) -> str:
@@ -69,25 +50,8 @@ def main() -> int:
     ap.add_argument("--busy-step", action="store_true", help="8 tensors, a step of torch ops")
     args = ap.parse_args()
     extra = ["--busy-step", "--fields", "8"] if args.busy_step else []
-    tmp = tempfile.mkdtemp(prefix="dldoctor-bench-")
-    names = list(SIDES)
-    rates: dict[str, list[float]] = {n: [] for n in names}
-    print(f"== load before: {os.getloadavg()[0]:.2f}")
-    for r in range(args.rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order:
-            rate, rep = run(args.seconds, SIDES[name], os.path.join(tmp, f"{r}.json"), extra)
-            rates[name].append(rate)
-            print(
-                f"round {r + 1}: {name}: {rate:.1f} batches/s, verdict {rep['verdict']}, "
-                f"{handover(rep)}",
-                flush=True,
-            )
-    base = statistics.median(rates[names[0]])
-    for name in names:
-        med = statistics.median(rates[name])
-        print(f"== {name}: median {med:.1f} batches/s, {med / base:.2f}x the job's own settings")
-    print(f"== load after: {os.getloadavg()[0]:.2f}")
+    sides = {name: (doctor, [*job, *extra]) for name, (doctor, job) in SIDES.items()}
+    rotate(SCRIPT, sides, args.rounds, args.seconds, handover, "the job's own settings")
     return 0
 
 

@@ -15,19 +15,16 @@ and its ratio to the job's own.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
-import statistics
-import subprocess
 import sys
-import tempfile
+
+from _prescription import rotate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "tests", "scenarios", "uneven_worker_split.py")
 # Samples a shard: a worker reads one in 2 s, so epochs end within a run, and a worker with
 # two of the 4 shards reads on alone for the second half of each epoch.
-SHARD_SAMPLES = 200
+SHARD_SAMPLES = ["--shard-samples", "200"]
 # Each side: (dldoctor run's arguments, the job's arguments).
 SIDES = {
     "1 shard (the job's own)": ([], ["--shards", "1"]),
@@ -35,20 +32,6 @@ SIDES = {
     "4 shards (uneven)": ([], ["--shards", "4"]),
     "1 shard, --set num_workers=6": (["--set", "num_workers=6"], ["--shards", "1"]),
 }
-
-
-def run(seconds: float, side: tuple[list[str], list[str]], report: str, source: str):
-    doctor, job = side
-    cmd = [sys.executable, "-m", "dldoctor", "run", "-q", "--json", report, *doctor, "--"]
-    cmd += [sys.executable, SCRIPT, "--source", source, "--seconds", str(seconds), *job]
-    cmd += ["--shard-samples", str(SHARD_SAMPLES)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 10 + 120)
-    m = re.search(r"batches: (\d+)", p.stdout)
-    if not m:
-        raise SystemExit(f"no batch count in the output:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    with open(report) as f:
-        rep = json.load(f)
-    return float(m.group(1)) / seconds, rep
 
 
 def split(rep: dict) -> str:
@@ -69,25 +52,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=10.0)
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="dldoctor-bench-")
-    names = list(SIDES)
-    rates: dict[str, list[float]] = {n: [] for n in names}
-    print(f"== {args.source}; load before: {os.getloadavg()[0]:.2f}")
-    for r in range(args.rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order:
-            rate, rep = run(args.seconds, SIDES[name], os.path.join(tmp, f"{r}.json"), args.source)
-            rates[name].append(rate)
-            print(
-                f"round {r + 1}: {name}: {rate:.1f} batches/s, verdict {rep['verdict']}, "
-                f"{split(rep)}",
-                flush=True,
-            )
-    base = statistics.median(rates[names[0]])
-    for name in names:
-        med = statistics.median(rates[name])
-        print(f"== {name}: median {med:.1f} batches/s, {med / base:.2f}x the job's own data")
-    print(f"== load after: {os.getloadavg()[0]:.2f}")
+    print(f"== data: {args.source}")
+    job = ["--source", args.source, *SHARD_SAMPLES]
+    sides = {name: (doctor, [*own, *job]) for name, (doctor, own) in SIDES.items()}
+    rotate(SCRIPT, sides, args.rounds, args.seconds, split, "the job's own data")
     return 0
 
 
